@@ -88,7 +88,7 @@ tools: ## build the pinned tools the tests run (helm, kubeconform, compose-go's 
 # The suites on real Redis topologies (docs/redis.md): a Redis Cluster and a Sentinel group
 # started from redis-server, the failover under load and two of each program. They are
 # part of `make test` too; this runs them alone and prints their figures.
-TOPOLOGY_TESTS := TestTopologies|TestClusterClientFollowsAFailover|TestOnACluster|TestRedisTopologies|TestFailoverUnderLoad|TestFailoverThatLosesTheBlockingWrite|TestTwoControlPlanesTwoEnforcers
+TOPOLOGY_TESTS := TestTopologies|TestCutReplicaIsPromotedLongAfterTheCut|TestClusterClientFollowsAFailover|TestOnACluster|TestRedisTopologies|TestFailoverUnderLoad|TestFailoverThatLosesTheBlockingWrite|TestTwoControlPlanesTwoEnforcers
 
 test-topologies: ## only the Redis Cluster/Sentinel, failover and two-replica suites, with their figures
 	@TOLLGATE_DATABASE_URL=$(TOLLGATE_TEST_DATABASE_URL) bash deploy/local/ensure-services.sh

@@ -40,11 +40,16 @@ func StartCluster(t testing.TB) *Cluster {
 		// The bus port is set explicitly: the default (port + 10000) may lie past 65535
 		// for an ephemeral port. Full coverage is not required, so the shards that are
 		// up keep answering while one fails over (docs/redis.md recommends the same).
+		// A replica always counts itself fit to take over (validity factor 0): by
+		// default one whose link has been down longer than ten node timeouts plus the
+		// ping period (20 s here) never stands, and a replica cut off on purpose
+		// (CutReplica) would stay unpromoted whenever the test took that long, on a
+		// loaded machine, between the cut and the kill.
 		c.Nodes = append(c.Nodes, startOnFreePort(t, bin, func(s *Server) []string {
 			s.bus = freePort(t)
 			return []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())), "--cluster-port", strconv.Itoa(s.bus),
-				"--cluster-require-full-coverage", "no"}
+				"--cluster-require-full-coverage", "no", "--cluster-replica-validity-factor", "0"}
 		}))
 	}
 	ctx := context.Background()
@@ -330,28 +335,36 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 	return newClient(t, s.Config("tg:")).(*redis.Client)
 }
 
-// Master is the data node the sentinels name as master now.
+// Master is the data node the sentinels name as master now. A sentinel that cannot
+// answer at the moment (a loaded machine) is asked again, for up to 10 s.
 func (s *Sentinel) Master(t testing.TB) *Server {
 	t.Helper()
 	ctx := context.Background()
-	for _, sen := range s.Sentinels {
-		if !sen.Running() {
-			continue
-		}
-		rdb := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
-		addr, err := rdb.GetMasterAddrByName(ctx, s.MasterName).Result()
-		rdb.Close()
-		if err != nil || len(addr) != 2 {
-			continue
-		}
-		for _, d := range s.Data {
-			if d.Addr == addr[0]+":"+addr[1] {
-				return d
+	var master *Server
+	waitUntil(t, 10*time.Second, "a sentinel to name a master", func() error {
+		var answers []string
+		for _, sen := range s.Sentinels {
+			if !sen.Running() {
+				continue
 			}
+			rdb := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
+			addr, err := rdb.GetMasterAddrByName(ctx, s.MasterName).Result()
+			rdb.Close()
+			if err != nil || len(addr) != 2 {
+				answers = append(answers, fmt.Sprintf("%s: %v %v", sen.Addr, addr, err))
+				continue
+			}
+			for _, d := range s.Data {
+				if d.Addr == addr[0]+":"+addr[1] {
+					master = d
+					return nil
+				}
+			}
+			answers = append(answers, fmt.Sprintf("%s: %v, no data node of the group", sen.Addr, addr))
 		}
-	}
-	t.Fatal("no sentinel names a master")
-	return nil
+		return fmt.Errorf("no sentinel names a master: %v", answers)
+	})
+	return master
 }
 
 // Flush empties the current master (FLUSHALL; the replica follows).
@@ -417,11 +430,44 @@ func ReplicaOf(t testing.TB, nodes []*Server, master *Server) *Server {
 	return nil
 }
 
-// CutReplica stops replica from receiving its master's writes while both stay up: the
-// replica's link is killed and it cannot authenticate to sync again (a wrong
-// masterauth). Writes the master acknowledges from then on are missing on the replica,
-// as the last writes of a master that dies before replicating them are.
+// CutReplica stops replica, a cluster node, from receiving its master's writes while
+// both stay up: the replica's link is killed and it cannot authenticate to sync again (a
+// wrong masterauth). Writes the master acknowledges from then on are missing on the
+// replica, as the last writes of a master that dies before replicating them are. The
+// replica is still promoted when its master dies, however long after the cut
+// (StartCluster's nodes never judge their data too old). A Sentinel group's replica is
+// cut by Sentinel.CutReplica.
 func CutReplica(t testing.TB, replica *Server) {
+	t.Helper()
+	cutLink(t, replica)
+}
+
+// SentinelCutDownAfter is the sentinels' down-after-milliseconds from a
+// Sentinel.CutReplica on.
+const SentinelCutDownAfter = 5 * time.Second
+
+// CutReplica cuts replica off as the package's CutReplica does, and keeps it electable
+// when the master dies, if the test kills the master within 50 s of the cut, however
+// loaded the machine. Sentinels pass over a replica whose link has been down longer than ten times
+// down-after-milliseconds beyond the master's down time: at SentinelDownAfter that is
+// 5 s, which a loaded machine's steps between the cut and the kill can outlast (the
+// sentinels then never promote it). So from the cut on, the sentinels take the master
+// for down SentinelCutDownAfter after it stops answering, and wait ten times that.
+func (s *Sentinel) CutReplica(t testing.TB, replica *Server) {
+	t.Helper()
+	ctx := context.Background()
+	for _, sen := range s.Sentinels {
+		rdb := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
+		err := rdb.Set(ctx, s.MasterName, "down-after-milliseconds", strconv.Itoa(int(SentinelCutDownAfter.Milliseconds()))).Err()
+		rdb.Close()
+		if err != nil {
+			t.Fatalf("sentinel %s: set down-after-milliseconds: %v", sen.Addr, err)
+		}
+	}
+	cutLink(t, replica)
+}
+
+func cutLink(t testing.TB, replica *Server) {
 	t.Helper()
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: replica.Addr})

@@ -87,3 +87,54 @@ func TestTopologies(t *testing.T) {
 		}
 	})
 }
+
+// TestCutReplicaIsPromotedLongAfterTheCut: a replica cut off by CutReplica lacks the
+// writes its master acknowledged after the cut, and is still promoted when the master is
+// killed long after the cut, as on a loaded machine a test's steps between the two can
+// take: longer than ten times a sentinel group's down-after-milliseconds (5 s), and than
+// a cluster's default validity (ten node timeouts plus the 10 s ping period). Without
+// that, the sentinels and the cluster passed over the replica and never promoted it.
+func TestCutReplicaIsPromotedLongAfterTheCut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// killLater writes a key on master after the cut, lets time pass, kills master and
+	// waits until promoted() names the cut replica; the key must be missing there.
+	killLater := func(t *testing.T, master, replica *testredis.Server, key string, after time.Duration, promoted func() *testredis.Server) {
+		direct := redis.NewClient(&redis.Options{Addr: master.Addr})
+		err := direct.Set(ctx, key, "acknowledged", 0).Err()
+		direct.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(after) // the test's steps between the cut and the kill
+		master.Stop()
+		deadline := time.Now().Add(60 * time.Second)
+		for promoted() != replica {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cut replica was not promoted within 60s of the kill (%s after the cut)", after)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: replica.Addr})
+		defer rdb.Close()
+		if v, err := rdb.Get(ctx, key).Result(); err != redis.Nil {
+			t.Fatalf("the promoted replica has the write made after the cut: %q %v", v, err)
+		}
+	}
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := testredis.StartCluster(t)
+		m := c.MasterFor(t, "{a}:x")
+		r := testredis.ReplicaOf(t, c.Nodes, m)
+		testredis.CutReplica(t, r)
+		killLater(t, m, r, "{a}:x", 21*time.Second, func() *testredis.Server { return c.MasterFor(t, "{a}:x") })
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		s := testredis.StartSentinel(t)
+		m := s.Master(t)
+		r := testredis.ReplicaOf(t, s.Data, m)
+		s.CutReplica(t, r)
+		killLater(t, m, r, "k", 6*time.Second, func() *testredis.Server { return s.Master(t) })
+	})
+}
