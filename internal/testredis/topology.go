@@ -486,3 +486,26 @@ func cutLink(t testing.TB, replica *Server) {
 		return err
 	})
 }
+
+// WaitReplicated sets key to value on master, then waits until a replica has that write,
+// and so every write master took before it, for up to 30 s: Redis replicates
+// asynchronously, and a replica the machine's load deschedules can lag the writes a test
+// just made, which a master killed then loses. WAIT counts only the writes of its own
+// connection, so both go over one; key must live on master (on a cluster, in one of
+// its slots: the test's records' hash tag).
+func WaitReplicated(t testing.TB, master *Server, key, value string) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr})
+	defer rdb.Close()
+	conn := rdb.Conn()
+	defer conn.Close()
+	err := conn.Set(ctx, key, value, 0).Err()
+	var acked int64
+	if err == nil {
+		acked, err = conn.Wait(ctx, 1, 30*time.Second).Result()
+	}
+	if err != nil || acked < 1 {
+		t.Fatalf("no replica of %s acknowledged its writes within 30s: %d %v", master.Addr, acked, err)
+	}
+}

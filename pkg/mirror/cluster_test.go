@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
@@ -83,18 +81,7 @@ func TestOnACluster(t *testing.T) {
 	// writes above: were the master killed before they reached it, a read that outlasts
 	// the failover would find the promoted replica without the record (a lost tail,
 	// which the enforcer's rebuild covers, but not what this test is about).
-	// WAIT counts the writes of its own connection: write once on it, in the slot of
-	// the records, then wait until the replica has that and so everything before it.
-	direct := redis.NewClient(&redis.Options{Addr: dead.Addr})
-	err = direct.Set(ctx, l.Prefix+"{"+members[0]+"}:wait", "1", time.Minute).Err()
-	var acked int64
-	if err == nil {
-		acked, err = direct.Wait(ctx, 1, 30*time.Second).Result()
-	}
-	direct.Close()
-	if err != nil || acked < 1 {
-		t.Fatalf("the dead master's replica did not acknowledge its writes: %d %v", acked, err)
-	}
+	testredis.WaitReplicated(t, dead, l.Prefix+"{"+members[0]+"}:wait", "1")
 	dead.Stop()
 	keys := make([]string, len(members))
 	for i, m := range members {

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 )
 
@@ -23,17 +21,7 @@ func TestClusterClientFollowsAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := c.MasterFor(t, "{m}:k")
-	direct := redis.NewClient(&redis.Options{Addr: old.Addr})
-	// WAIT counts the writes of its own connection: write again on it, then wait
-	// until the replica has that (and so everything before it).
-	if err := direct.Set(ctx, "{m}:k", "1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := direct.Wait(ctx, 1, time.Second).Result()
-	direct.Close()
-	if err != nil || n != 1 {
-		t.Fatalf("WAIT: %d %v", n, err)
-	}
+	testredis.WaitReplicated(t, old, "{m}:k", "1")
 	old.Stop()
 	c.WaitHealthy(t, 30*time.Second)
 	promoted := time.Now()
