@@ -66,6 +66,11 @@ func TestTwoControlPlanesTwoEnforcers(t *testing.T) {
 	awayFromDayBoundary(t, 5*time.Minute)
 	total := twoOfEachRequests(t)
 	topo := clusterTopology(t)
+	// No master is killed here, and none may be failed over: at the cluster's 1 s node
+	// timeout a master the load deschedules for longer is replaced by its replica,
+	// which may lack its last writes, and a sample below then sees a member's spend go
+	// down (the lost tail the programs rebuild after, not what this test is about).
+	topo.cluster.SetNodeTimeout(t, time.Minute)
 	s := startStackOn(t, topo) // control plane 1 (and an idle enforcer)
 	cp2Logs := &testio.SyncBuffer{}
 	cp2 := run(t, "control plane 2", 3, cp2Logs, func(ctx context.Context) error {
@@ -374,9 +379,9 @@ func TestTwoControlPlanesTwoEnforcers(t *testing.T) {
 	t.Logf("%d requests admitted and settled through 2 enforcers and 2 control planes in %s (%.0f/s); %d settlements delivered twice "+
 		"(once through each); %d checks or settlements retried on the other enforcer during the restarts; %d settlements answered 202 "+
 		"(queued); %d receipts (and %d incomplete at no cost for checks cut by a restart), 0 pending, every counter equals its receipts; "+
-		"mirror sampled %d times, never went down, converged",
+		"mirror sampled %d times, went down %d times, converged",
 		total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), duplicates.Load(), failovers.Load(), settle202.Load(),
-		receipts, unseen, samples)
+		receipts, unseen, samples, len(monotonic))
 }
 
 func memberIDs(ps []party) []string {

@@ -100,6 +100,27 @@ func StartCluster(t testing.TB) *Cluster {
 	return c
 }
 
+// SetNodeTimeout sets every running node's cluster-node-timeout (ClusterNodeTimeout at
+// start). A test that kills no master sets a long one: at one second, a node the
+// machine's load deschedules for longer is failed over under the test, and the
+// promoted replica may lack the node's last writes (TestTwoControlPlanesTwoEnforcers
+// saw the mirror's spend go down so, under load).
+func (c *Cluster) SetNodeTimeout(t testing.TB, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		err := rdb.ConfigSet(ctx, "cluster-node-timeout", strconv.Itoa(int(d.Milliseconds()))).Err()
+		rdb.Close()
+		if err != nil {
+			t.Fatalf("cluster node %s: set cluster-node-timeout: %v", n.Addr, err)
+		}
+	}
+}
+
 // Addrs are the seed addresses of every node (TOLLGATE_REDIS_ADDRS).
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
