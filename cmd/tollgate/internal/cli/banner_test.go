@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -36,6 +38,10 @@ func TestDemoBannerSaysWhatToCall(t *testing.T) {
 				"session: tgs_owner", "API key: tgk_owner", "API key: tgk_member",
 				"Try the REST API:", "/v1/members -H 'x-api-key: tgk_owner'",
 				"grep -iE '^HTTP|^x-service|^retry-after'",
+				// Each official SDK's base URL: OpenAI's carries the /v1 its paths lack,
+				// Anthropic's does not (docs/gateway.md). The demo's fake upstream answers
+				// either, so a wrong one works here and fails against the provider.
+				"OpenAI's with base URL http://127.0.0.1:8000/v1", "Anthropic's with http://127.0.0.1:8000.",
 			}, tc.has...) {
 				if !strings.Contains(banner, s) {
 					t.Errorf("the banner lacks %q:\n%s", s, banner)
@@ -47,5 +53,43 @@ func TestDemoBannerSaysWhatToCall(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadmeShowsTheBanner holds README.md's copy of the banner to what `make run` prints
+// (its secrets and ids elided as tgi_..., org_..., tgs_... and tgk_...), line for line, so
+// that a change of the banner that the README does not follow fails here.
+func TestReadmeShowsTheBanner(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	begin := "```\n" + strings.Repeat("-", 78) + "\nTollgate is running."
+	i := strings.Index(readme, begin)
+	if i < 0 {
+		t.Fatalf("README.md has no copy of the banner (a code block starting %q)", begin)
+	}
+	block := readme[i+len("```\n"):]
+	block = block[:strings.Index(block, "```")]
+	d := demoOrg{OrgID: "org_...", OrgName: demoOrgName,
+		Owner: demoUser{Email: demoOwnerEmail, Token: "tgs_..."}, Member: demoUser{Email: demoMemberEmail, Token: "tgs_..."},
+		OwnerKey: "tgk_...", MemberKey: "tgk_..."}
+	var out bytes.Buffer
+	printDemo(&out, "http://127.0.0.1:8080", d, "http://127.0.0.1:8000", "tgi_...", false)
+	out.WriteString("Press Ctrl-C to stop.\n") // what runDev prints after it
+	want := strings.Split(strings.TrimPrefix(out.String(), "\n"), "\n")
+	got := strings.Split(block, "\n")
+	for n := range max(len(want), len(got)) {
+		var w, g string
+		if n < len(want) {
+			w = want[n]
+		}
+		if n < len(got) {
+			g = got[n]
+		}
+		if w != g {
+			t.Errorf("README.md's banner, line %d:\n  README: %q\n  banner: %q", n+1, g, w)
+		}
 	}
 }

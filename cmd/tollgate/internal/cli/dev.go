@@ -315,8 +315,11 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string, bloc
 		fmt.Fprintf(w, "\nOne inference call through the proxy%s:\n  %s\n", admitted, call)
 		anthropic := fmt.Sprintf("curl -s %s/v1/messages -H 'x-api-key: %s' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
 			proxyURL, d.MemberKey, demo.AnthropicModel)
-		fmt.Fprintf(w, "\nThe same in Anthropic's Messages API (the official SDKs work too: base URL %s, the member's key as API key):\n  %s\n",
-			proxyURL, anthropic)
+		fmt.Fprintf(w, "\nThe same in Anthropic's Messages API:\n  %s\n", anthropic)
+		// OpenAI's SDK joins paths without /v1 to its base URL, Anthropic's with it. The fake
+		// upstream answers both spellings; a provider does not (docs/gateway.md).
+		fmt.Fprintf(w, "\nThe official SDKs work too, with the member's key as their API key: OpenAI's with base URL %s/v1,\nAnthropic's with %s.\n",
+			proxyURL, proxyURL)
 		fmt.Fprintf(w, "\nKeep calling until the member's daily limit is spent (ends in 429 with X-Service-Error-Code):\n")
 		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service|^retry-after'; sleep 0.2; done\n",
 			proxyURL, d.MemberKey, demo.Model)
