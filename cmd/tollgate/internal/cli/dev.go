@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/cmd/tollgate/internal/demo"
@@ -37,8 +38,11 @@ type devConfig struct {
 // dev runs the whole stack in this process (control plane, enforcer, a fake upstream and
 // a demo proxy in front of it), seeds the demo organization through the REST API and
 // prints what to call. Everything stops on Ctrl-C.
-func dev(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+func dev(ctx context.Context, args []string, getenv func(string) string, stdio IO) (err error) {
 	var c devConfig
+	// A port of the stack already taken (another `make run`, another program on 8080):
+	// the bind error names the address; this names the knob that moves it.
+	defer func() { err = nameTakenAddr(err, c) }()
 	fs := flag.NewFlagSet("tollgate dev", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nFlags:")
@@ -259,6 +263,9 @@ func envOr(getenv func(string) string, k, def string) string {
 	return def
 }
 
+// pollClient is waitOK's: one poll never waits longer than this.
+var pollClient = &http.Client{Timeout: 2 * time.Second}
+
 // waitOK polls url until it answers 200, a component fails, or 60 s pass.
 func waitOK(ctx context.Context, url string, errc <-chan error) error {
 	deadline := time.Now().Add(60 * time.Second)
@@ -270,7 +277,14 @@ func waitOK(ctx context.Context, url string, errc <-chan error) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		res, err := http.Get(url)
+		// Each poll has its own deadline: a port held by something that accepts and never
+		// answers (another program on 8080) must not hold the wait past the component's
+		// own error, which the select above reads between polls.
+		req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+		if err != nil {
+			return err
+		}
+		res, err := pollClient.Do(req)
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
@@ -341,4 +355,27 @@ func devSpoolDir(getenv func(string) string) string {
 	}
 	sum := sha256.Sum256([]byte(getenv("TOLLGATE_DATABASE_URL") + "\x00" + getenv("TOLLGATE_REDIS_URL") + "\x00" + getenv("TOLLGATE_REDIS_PREFIX")))
 	return filepath.Join(os.TempDir(), "tollgate-dev-settle-spool-"+hex.EncodeToString(sum[:6]))
+}
+
+// nameTakenAddr adds to an "address already in use" error the flag and the variable of
+// the stack's address it names, when it names one.
+func nameTakenAddr(err error, c devConfig) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	for _, a := range []struct{ flag, env, addr string }{
+		{"--http-addr", "TOLLGATE_HTTP_ADDR", c.HTTPAddr},
+		{"--grpc-addr", "TOLLGATE_GRPC_ADDR", c.GRPCAddr},
+		{"--admin-addr", "TOLLGATE_ADMIN_ADDR", c.AdminAddr},
+		{"--enforcer-grpc-addr", "TOLLGATE_ENFORCER_GRPC_ADDR", c.EnforcerGRPC},
+		{"--enforcer-http-addr", "TOLLGATE_ENFORCER_HTTP_ADDR", c.EnforcerHTTP},
+		{"--enforcer-admin-addr", "TOLLGATE_ENFORCER_ADMIN_ADDR", c.EnforcerAdmin},
+		{"--upstream-addr", "TOLLGATE_DEMO_UPSTREAM_ADDR", c.UpstreamAddr},
+		{"--proxy-addr", "TOLLGATE_DEMO_PROXY_ADDR", c.ProxyAddr},
+	} {
+		if a.addr != "" && strings.Contains(err.Error(), " "+a.addr+":") {
+			return fmt.Errorf("%w (another program, an earlier `make run` say, holds %s: stop it, or move this address with %s or %s)", err, a.addr, a.flag, a.env)
+		}
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -240,5 +241,47 @@ func TestDemoServersLogThroughTheLogger(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDevNamesTheKnobOfATakenPort: `make run` on a machine where a port of the stack is
+// taken (another `make run`, another program on 8080 or 8000) stops with the bind error;
+// the error names the flag and the variable that move that address, so that the user
+// need not guess which of the stack's eight addresses it was or how to change it.
+func TestDevNamesTheKnobOfATakenPort(t *testing.T) {
+	redisURL := requireRedis(t)
+	for _, tc := range []struct{ env, flag string }{
+		{"TOLLGATE_HTTP_ADDR", "--http-addr"},              // the control plane's, first to listen
+		{"TOLLGATE_DEMO_PROXY_ADDR", "--proxy-addr"},       // the enforcer's gateway
+		{"TOLLGATE_DEMO_UPSTREAM_ADDR", "--upstream-addr"}, // the fake upstream
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+			var b [4]byte
+			_, _ = rand.Read(b[:])
+			env := map[string]string{
+				"TOLLGATE_DATABASE_URL": storetest.URLFor(storetest.NewDatabase(t)),
+				"TOLLGATE_REDIS_URL":    redisURL, "TOLLGATE_REDIS_PREFIX": "tgdevtest:" + hex.EncodeToString(b[:]) + ":",
+				"TOLLGATE_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ADMIN_ADDR": testio.FreeAddr(t),
+				"TOLLGATE_ENFORCER_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": testio.FreeAddr(t),
+				"TOLLGATE_DEMO_UPSTREAM_ADDR": testio.FreeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": testio.FreeAddr(t),
+				"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": t.TempDir(),
+			}
+			env[tc.env] = taken.Addr().String()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			out := &testio.SyncBuffer{}
+			err = Run(ctx, []string{"dev"}, func(k string) string { return env[k] }, IO{Stdout: out, Stderr: io.Discard})
+			if err == nil || !strings.Contains(err.Error(), "address already in use") {
+				t.Fatalf("tollgate dev with %s taken: %v\n%s", tc.env, err, out.String())
+			}
+			if !strings.Contains(err.Error(), tc.flag+" or "+tc.env) {
+				t.Errorf("the error does not name %s or %s:\n  %v", tc.flag, tc.env, err)
+			}
+		})
 	}
 }
