@@ -44,6 +44,7 @@ func (s *stack) invalidationsApplied(t testing.TB) {
 // A signed-out session is refused by the enforcer at once (401), as a revoked API key
 // is: it stayed admitted, and charged, from the identity cache for up to 30s.
 func TestSignedOutSessionIsRefusedByTheEnforcer(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	s := startStack(t)
 	o := s.setUpOrg(t)
 	s.must(t, 200, "PUT", "/v1/me/active-organization", o.member.token, "", map[string]string{"organizationId": o.id}, nil)
@@ -61,6 +62,7 @@ func TestSignedOutSessionIsRefusedByTheEnforcer(t *testing.T) {
 // enforcer charges the session's requests to the new organization's member. It kept
 // charging the old one's, under its limits, for up to 30s.
 func TestSessionSwitchingOrganizationIsChargedToTheNewOne(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
 	s := startStack(t)
 	o := s.setUpOrg(t)
 	tok := o.member.token
