@@ -495,6 +495,7 @@ func (g *goSDKRun) run(t *testing.T, base string, requests func(*testing.T) floa
 	waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
 		return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(g.settled)
 	})
+	s.waitMirrored(t, o)
 
 	t.Run("over the limit: the 429, readable, not retried, fast", func(t *testing.T) {
 		upstreamCalls := len(fake.Calls())

@@ -365,3 +365,32 @@ func flushedMirrorNeverAdmitsOnInventedZero(t *testing.T, s *stack) {
 	}
 	s.expectStatus(t, o, "after the flush", expected{state: "blocked", used: used, pending: 0, lastSettled: reqID, canRequestReset: true})
 }
+
+// waitMirrored waits until the member's record in Redis, which the enforcer decides on,
+// holds the day's spend the status reads from Postgres: a status that reads blocked can
+// come before the control plane's write of the record lands, and a starved machine
+// widens that gap.
+func (s *stack) waitMirrored(t *testing.T, o org) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 15*time.Second, "the mirror record to hold the day's spend", func() bool {
+		st := s.status(t, o)
+		for _, w := range st.Windows {
+			if w.Timeframe != "day" {
+				continue
+			}
+			gen, err := s.layout.Generation(ctx, s.rdb)
+			if err != nil {
+				return false
+			}
+			rec, err := s.layout.Read(ctx, s.rdb, o.member.memberID, gen)
+			if err != nil {
+				return false
+			}
+			spend, ok := mirror.SpendOf(rec, "day", w.WindowStart)
+			return ok && spend == w.UsedMicroUsd
+		}
+		t.Fatalf("the status has no day window: %+v", st)
+		return false
+	})
+}

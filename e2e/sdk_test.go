@@ -317,6 +317,7 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 		waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
 			return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
 		})
+		s.waitMirrored(t, o)
 		upstreamCalls := len(fake.Calls())
 		for _, c := range calls {
 			t.Run(c.name, func(t *testing.T) {
