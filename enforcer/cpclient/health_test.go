@@ -125,6 +125,19 @@ func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
 		slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	// stopRun cancels Run's context and requires Run to return nil soon after.
+	stopRun := func(cancel context.CancelFunc) {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return on cancel")
+		}
+	}
 	go func() { done <- h.Run(ctx) }()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
@@ -152,15 +165,7 @@ func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
 			t.Fatalf("idle probes %v apart, want Idle (%v) at least", gap, idle)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return on cancel")
-	}
+	stopRun(cancel)
 
 	// Busy: calls answered keep it from probing. Idle is 1s here, so that the busy
 	// loop, descheduled for a few hundred ms, still calls within it; the 1.5s watched
@@ -186,15 +191,7 @@ func TestHealthProbesAndRunReturnsOnCancel(t *testing.T) {
 	if n := cp.probes.Load() - n0; n != 0 {
 		t.Fatalf("%d probes while calls were answered", n)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return on cancel")
-	}
+	stopRun(cancel)
 }
 
 // TestProbeTellsARefusedClientCertificate: with TLS 1.3 a control plane that refuses
