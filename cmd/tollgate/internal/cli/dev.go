@@ -40,22 +40,27 @@ type devConfig struct {
 // prints what to call. Everything stops on Ctrl-C.
 func dev(ctx context.Context, args []string, getenv func(string) string, stdio IO) (err error) {
 	var c devConfig
+	addrs := []devAddr{
+		{"http-addr", "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr, "control plane REST address", &c.HTTPAddr},
+		{"grpc-addr", "TOLLGATE_GRPC_ADDR", cpapp.DefaultGRPCAddr, "control plane internal API address", &c.GRPCAddr},
+		{"admin-addr", "TOLLGATE_ADMIN_ADDR", cpapp.DefaultAdminAddr, "control plane admin address", &c.AdminAddr},
+		{"enforcer-grpc-addr", "TOLLGATE_ENFORCER_GRPC_ADDR", enfapp.DefaultGRPCAddr, "enforcer ext_authz/ext_proc address", &c.EnforcerGRPC},
+		{"enforcer-http-addr", "TOLLGATE_ENFORCER_HTTP_ADDR", enfapp.DefaultHTTPAddr, "enforcer /check and /settle address", &c.EnforcerHTTP},
+		{"enforcer-admin-addr", "TOLLGATE_ENFORCER_ADMIN_ADDR", enfapp.DefaultAdminAddr, "enforcer admin address", &c.EnforcerAdmin},
+		{"upstream-addr", "TOLLGATE_DEMO_UPSTREAM_ADDR", "127.0.0.1:8090", "fake upstream address", &c.UpstreamAddr},
+		{"proxy-addr", "TOLLGATE_DEMO_PROXY_ADDR", "127.0.0.1:8000", "the inference proxy clients call: the enforcer's gateway, or the forward-auth proxy", &c.ProxyAddr},
+	}
 	// A port of the stack already taken (another `make run`, another program on 8080):
 	// the bind error names the address; this names the knob that moves it.
-	defer func() { err = nameTakenAddr(err, c) }()
+	defer func() { err = nameTakenAddr(err, addrs) }()
 	fs := flag.NewFlagSet("tollgate dev", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.HTTPAddr, "http-addr", envOr(getenv, "TOLLGATE_HTTP_ADDR", cpapp.DefaultHTTPAddr), "control plane REST address (TOLLGATE_HTTP_ADDR)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", envOr(getenv, "TOLLGATE_GRPC_ADDR", cpapp.DefaultGRPCAddr), "control plane internal API address (TOLLGATE_GRPC_ADDR)")
-	fs.StringVar(&c.AdminAddr, "admin-addr", envOr(getenv, "TOLLGATE_ADMIN_ADDR", cpapp.DefaultAdminAddr), "control plane admin address (TOLLGATE_ADMIN_ADDR)")
-	fs.StringVar(&c.EnforcerGRPC, "enforcer-grpc-addr", envOr(getenv, "TOLLGATE_ENFORCER_GRPC_ADDR", enfapp.DefaultGRPCAddr), "enforcer ext_authz/ext_proc address (TOLLGATE_ENFORCER_GRPC_ADDR)")
-	fs.StringVar(&c.EnforcerHTTP, "enforcer-http-addr", envOr(getenv, "TOLLGATE_ENFORCER_HTTP_ADDR", enfapp.DefaultHTTPAddr), "enforcer /check and /settle address (TOLLGATE_ENFORCER_HTTP_ADDR)")
-	fs.StringVar(&c.EnforcerAdmin, "enforcer-admin-addr", envOr(getenv, "TOLLGATE_ENFORCER_ADMIN_ADDR", enfapp.DefaultAdminAddr), "enforcer admin address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
-	fs.StringVar(&c.UpstreamAddr, "upstream-addr", envOr(getenv, "TOLLGATE_DEMO_UPSTREAM_ADDR", "127.0.0.1:8090"), "fake upstream address (TOLLGATE_DEMO_UPSTREAM_ADDR)")
-	fs.StringVar(&c.ProxyAddr, "proxy-addr", envOr(getenv, "TOLLGATE_DEMO_PROXY_ADDR", "127.0.0.1:8000"), "the inference proxy clients call: the enforcer's gateway, or the forward-auth proxy (TOLLGATE_DEMO_PROXY_ADDR)")
+	for _, a := range addrs {
+		fs.StringVar(a.value, a.flag, envOr(getenv, a.env, a.def), a.usage+" ("+a.env+")")
+	}
 	fs.BoolVar(&c.ForwardAuth, "forward-auth", false, "instead of the gateway, a forward-auth proxy asks the enforcer's /check and the fake upstream reports its usage to /settle")
 	fs.StringVar(&c.Caddyfile, "caddyfile", "deploy/caddy/Caddyfile", "Caddyfile of the forward-auth proxy")
 	fs.StringVar(&c.CaddyBinary, "caddy", "caddy", "Caddy binary of the forward-auth proxy; when not found, a built-in one is used")
@@ -357,24 +362,22 @@ func devSpoolDir(getenv func(string) string) string {
 	return filepath.Join(os.TempDir(), "tollgate-dev-settle-spool-"+hex.EncodeToString(sum[:6]))
 }
 
+// devAddr is one listen address of the stack: its flag, its variable, its default, and
+// where the parsed value goes. One table registers the flags and names a taken one.
+type devAddr struct {
+	flag, env, def, usage string
+	value                 *string
+}
+
 // nameTakenAddr adds to an "address already in use" error the flag and the variable of
 // the stack's address it names, when it names one.
-func nameTakenAddr(err error, c devConfig) error {
+func nameTakenAddr(err error, addrs []devAddr) error {
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return err
 	}
-	for _, a := range []struct{ flag, env, addr string }{
-		{"--http-addr", "TOLLGATE_HTTP_ADDR", c.HTTPAddr},
-		{"--grpc-addr", "TOLLGATE_GRPC_ADDR", c.GRPCAddr},
-		{"--admin-addr", "TOLLGATE_ADMIN_ADDR", c.AdminAddr},
-		{"--enforcer-grpc-addr", "TOLLGATE_ENFORCER_GRPC_ADDR", c.EnforcerGRPC},
-		{"--enforcer-http-addr", "TOLLGATE_ENFORCER_HTTP_ADDR", c.EnforcerHTTP},
-		{"--enforcer-admin-addr", "TOLLGATE_ENFORCER_ADMIN_ADDR", c.EnforcerAdmin},
-		{"--upstream-addr", "TOLLGATE_DEMO_UPSTREAM_ADDR", c.UpstreamAddr},
-		{"--proxy-addr", "TOLLGATE_DEMO_PROXY_ADDR", c.ProxyAddr},
-	} {
-		if a.addr != "" && strings.Contains(err.Error(), " "+a.addr+":") {
-			return fmt.Errorf("%w (another program, an earlier `make run` say, holds %s: stop it, or move this address with %s or %s)", err, a.addr, a.flag, a.env)
+	for _, a := range addrs {
+		if addr := *a.value; addr != "" && strings.Contains(err.Error(), " "+addr+":") {
+			return fmt.Errorf("%w (another program, an earlier `make run` say, holds %s: stop it, or move this address with --%s or %s)", err, addr, a.flag, a.env)
 		}
 	}
 	return err
