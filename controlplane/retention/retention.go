@@ -312,9 +312,9 @@ type table[R any, K any] struct {
 	read func(ctx context.Context, tx pgx.Tx, after K, limit int) ([]R, error)
 	// judge says whether a row may go, or why it stays.
 	judge func(R) (remove bool, kept string)
-	// prune removes the chosen rows (applied runs only) and says how many it removed: the
-	// write checks them again, so a row that changed since the read stays.
-	prune func(ctx context.Context, tx pgx.Tx, rows []R) (int64, error)
+	// prune removes the chosen rows, by their keys (applied runs only), and says how many
+	// it removed: the write checks them again, so a row that changed since the read stays.
+	prune func(ctx context.Context, tx pgx.Tx, keys []K) (int64, error)
 	// key is a row's position.
 	key func(R) K
 }
@@ -332,10 +332,10 @@ func walk[R any, K any](ctx context.Context, d Deps, o Options, t table[R, K], k
 			if rows, err = t.read(ctx, tx, after, o.Batch); err != nil || len(rows) == 0 {
 				return err
 			}
-			var chosen []R
+			var chosen []K
 			for _, row := range rows {
 				if ok, _ := t.judge(row); ok {
-					chosen = append(chosen, row)
+					chosen = append(chosen, t.key(row))
 				}
 			}
 			removed = int64(len(chosen))
@@ -373,11 +373,7 @@ func runStarts(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logg
 			return store.StartsAfter(ctx, tx, after, limit)
 		},
 		judge: func(s store.RetainedStart) (bool, string) { return judgeStart(s, r.Cutoff) },
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedStart) (int64, error) {
-			ids := make([]string, len(rows))
-			for i, s := range rows {
-				ids[i] = s.RequestID
-			}
+		prune: func(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
 			return store.PruneStartSnapshots(ctx, tx, ids, r.Cutoff)
 		},
 		key: func(s store.RetainedStart) string { return s.RequestID },
@@ -399,11 +395,7 @@ func runReceipts(ctx context.Context, d Deps, o Options, r *Report, now time.Tim
 			}
 			return true, ""
 		},
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedReceipt) (int64, error) {
-			ids := make([]string, len(rows))
-			for i, s := range rows {
-				ids[i] = s.RequestID
-			}
+		prune: func(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
 			return store.PruneReceiptDetail(ctx, tx, ids, r.Cutoff, now)
 		},
 		key: func(s store.RetainedReceipt) string { return s.RequestID },
@@ -435,10 +427,10 @@ func runQuarantine(ctx context.Context, d Deps, o Options, r *Report, log *slog.
 			}
 			return true, ""
 		},
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedQuarantine) (int64, error) {
-			ids, reasons := make([]string, len(rows)), make([]string, len(rows))
-			for i, q := range rows {
-				ids[i], reasons[i] = q.RequestID, q.Reason
+		prune: func(ctx context.Context, tx pgx.Tx, keys []quarantineKey) (int64, error) {
+			ids, reasons := make([]string, len(keys)), make([]string, len(keys))
+			for i, k := range keys {
+				ids[i], reasons[i] = k.requestID, k.reason
 			}
 			return store.DeleteReviewedQuarantine(ctx, tx, ids, reasons, r.Cutoff)
 		},
@@ -461,11 +453,7 @@ func runVoids(ctx context.Context, d Deps, o Options, r *Report, log *slog.Logge
 			}
 			return true, ""
 		},
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedVoid) (int64, error) {
-			ids := make([]string, len(rows))
-			for i, v := range rows {
-				ids[i] = v.RequestID
-			}
+		prune: func(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
 			return store.DeleteVoids(ctx, tx, ids, r.Cutoff)
 		},
 		key: func(v store.RetainedVoid) string { return v.RequestID },
@@ -483,11 +471,7 @@ func runEnded(ctx context.Context, d Deps, o Options, t store.EndingTable, name 
 		judge: func(e store.RetainedEnding) (bool, string) {
 			return judgeEnded(e.ExpiresAt, e.EndedEarly, now, cutoff)
 		},
-		prune: func(ctx context.Context, tx pgx.Tx, rows []store.RetainedEnding) (int64, error) {
-			ids := make([]string, len(rows))
-			for i, e := range rows {
-				ids[i] = e.ID
-			}
+		prune: func(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
 			return store.DeleteEnded(ctx, tx, t, ids, cutoff)
 		},
 		key: func(e store.RetainedEnding) string { return e.ID },
