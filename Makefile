@@ -9,6 +9,9 @@ export TOLLGATE_REDIS_URL    ?= redis://127.0.0.1:6379/0
 export TOLLGATE_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 export TOLLGATE_TEST_REDIS_URL    ?= $(TOLLGATE_REDIS_URL)
 TEST_P ?= 4
+# The packages that take longest, longest first: `make test` names them before ./... so
+# that they start first instead of in import-path order.
+SLOW_PKGS ?= ./e2e ./controlplane/httpapi ./charts/charttest ./controlplane/ledger ./controlplane/internalapi
 
 # The packages `make test` runs a second time under the race detector, after the normal
 # run: where goroutines share state (the enforcer's queues, caches, gate and front doors,
@@ -57,7 +60,11 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 	$(GO) vet ./...
 	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
-	$(GO) test -p $(TEST_P) -count=1 -timeout 20m ./...
+	@# go test starts packages in the order they are named (a package named twice runs
+	@# once), so the longest are named first: e2e alone takes longer than all the rest
+	@# together, and started last, as import-path order had it, it ran alone at the end
+	@# (docs/development.md, Tests).
+	$(GO) test -p $(TEST_P) -count=1 -timeout 20m $(SLOW_PKGS) ./...
 	@# Then the packages where goroutines share state again, under the race detector.
 	@$(MAKE) --no-print-directory race
 	@# Every benchmark but the e2e ones (minutes each, on the whole stack) once: each checks

@@ -30,6 +30,7 @@ import (
 // service_gateway_upstream_credential, nothing reaches the provider, nothing is charged.
 // A blocked member's SDK call is the 429, fast, not retried, and reaches no provider.
 func TestAzureOpenAIEntraThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 

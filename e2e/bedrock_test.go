@@ -29,6 +29,7 @@ func bedrockGateway(t *testing.T, u fakellm.Usage) (*fakellm.Server, *stack, org
 // the same call at the default tier the price. Before 2026-11-29 they were charged the
 // price; InvokeModel's, before 2026-11-30's fourth session.
 func TestBedrockPriorityThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const model = "us.amazon.nova-pro-v1:0"
@@ -67,6 +68,7 @@ func TestBedrockPriorityThroughTheGateway(t *testing.T) {
 // 3.5 Haiku), the receipt at the tier latency_optimized. Before 2026-11-30's fourth
 // session they were charged the standard price, a fifth below the bill.
 func TestBedrockLatencyOptimizedThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	for _, tc := range []struct {
@@ -106,6 +108,7 @@ func TestBedrockLatencyOptimizedThroughTheGateway(t *testing.T) {
 // price, the catalog's highest, a few hundred times theirs. Nova 2 Lite and Kimi K3 cost
 // 10% more through a geographic profile than through the global one, as AWS prices them.
 func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	for _, tc := range []struct {
@@ -148,6 +151,7 @@ func TestBedrockOpenModelsThroughTheGateway(t *testing.T) {
 // calls, 1,000 writes of which 400 for an hour, are charged each part at its price.
 // Before 2026-11-29 every write was charged the five-minute price.
 func TestBedrockOneHourCacheWritesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 2_000, CacheCreationInputTokens: 1_000, CacheCreation1hInputTokens: 400, OutputTokens: 100})
 	const modelID = "global.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -183,6 +187,7 @@ func TestBedrockOneHourCacheWritesThroughTheGateway(t *testing.T) {
 // provider. (bedrock.mjs makes one attempt: the SDK's default retry strategy would send
 // a 429 three times, as it reads no X-Should-Retry.)
 func TestBedrockThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const providerAuth = bedrockProviderAuth
@@ -341,6 +346,7 @@ func cloudClaudeCost(t *testing.T) (global, regional int64) {
 // was charged nothing, and ApplyGuardrail's text as a prompt of no model, at the fallback
 // price.
 func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, GuardrailInputUnits: 2, GuardrailOutputUnits: 1})
 	const model = "us.amazon.nova-pro-v1:0"
@@ -404,6 +410,7 @@ func TestBedrockGuardrailsThroughTheGateway(t *testing.T) {
 // and it is settled at 0. Before 2026-11-29 its input estimate was charged at the model's
 // price.
 func TestBedrockCountTokensThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := bedrockGateway(t, fakellm.Usage{InputTokens: 12})
 	r := runSDK(t, dir, "bedrock.mjs", "count-tokens", s.gateway, o.key, "us.amazon.nova-pro-v1:0")

@@ -17,6 +17,7 @@ import (
 // hour), and nothing for the container beside web search of 2026-02-09, with which code
 // execution is free.
 func TestContainersThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	for _, tc := range []struct {
 		name, script, model, header, credential, container, kind string

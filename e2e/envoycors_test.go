@@ -21,6 +21,7 @@ import (
 // Before 2026-12-03 envoy.yaml had no CORS filter and both calls failed in the browser
 // as "Failed to fetch".
 func TestBrowserAppThroughEnvoy(t *testing.T) {
+	t.Parallel()
 	browserThroughEnvoy(t, func(s *stack, upstream string) string {
 		_, front := s.deployedEnvoy(t, upstream)
 		return front
@@ -33,6 +34,7 @@ func TestBrowserAppThroughEnvoy(t *testing.T) {
 // asked for (its translator writes allow_headers "*"). Before 2026-12-03 the policy had no
 // cors and the calls failed the same way.
 func TestBrowserAppThroughEnvoyGateway(t *testing.T) {
+	t.Parallel()
 	cfg, clusters := envoyGatewayTranslation(t)
 	browserThroughEnvoy(t, func(s *stack, upstream string) string {
 		proxy, err := envoyemu.New(envoyemu.Options{Config: cfg, Clusters: clusters(s.enfGRPC, upstream), Logf: t.Logf, TimeoutFloor: 5 * time.Second})

@@ -23,6 +23,7 @@ import (
 // JSON bodies alone: through Envoy the transcription was priced at the fallback price
 // (the catalog's highest, 30 times as much) and the image edit's images went uncharged.
 func TestUploadsAreChargedAlikeThroughEnvoyAndTheGateway(t *testing.T) {
+	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
 		return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000}

@@ -26,6 +26,7 @@ import (
 // a Realtime session (a WebSocket the front must upgrade) are charged exactly. A front
 // that buffered the stream, dropped the member's key or refused the upgrade would fail.
 func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, CachedInputTokens: 200, OutputTokens: 500})

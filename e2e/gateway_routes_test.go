@@ -36,8 +36,7 @@ import (
 // Anthropic's token counting (what Claude Code calls before many turns) goes through too,
 // at no cost.
 func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
-	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
-	// would blur; Go runs it before the parallel tests.
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 
@@ -244,7 +243,7 @@ func TestCurlThroughTheGateway(t *testing.T) {
 // streamed as typed events, through the gateway: each call charged exactly from the
 // usage the response reports (cached input at its own price), complete.
 func TestOpenAIResponsesThroughTheGateway(t *testing.T) {
-	// Not parallel, like the other SDK tests (Node processes on a loaded machine).
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
@@ -274,6 +273,7 @@ func TestOpenAIResponsesThroughTheGateway(t *testing.T) {
 // vectors, gzip-compressed, eight inputs long. An organization that refuses models
 // nobody priced has them let through: the catalog prices them.
 func TestEmbeddingsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, _ := gatewayWithFixedUsage(t)
@@ -335,6 +335,7 @@ func TestEmbeddingsThroughTheGateway(t *testing.T) {
 // though its body shows the usage it was charged when generated; a plain call is
 // charged as ever.
 func TestDeferredBillingThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
@@ -373,6 +374,7 @@ func TestDeferredBillingThroughTheGateway(t *testing.T) {
 // sends a batch on to the provider (here a fake that knows no batches: its 404 comes
 // back).
 func TestDeferredBillingAllowed(t *testing.T) {
+	t.Parallel()
 	fake := &fakellm.Server{}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
@@ -399,6 +401,7 @@ func TestDeferredBillingAllowed(t *testing.T) {
 // transcription model (its own entry, at the audio-token input price: the gpt-4o family
 // would price it at text tokens').
 func TestAudioTranscriptionThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, _ := gatewayWithFixedUsage(t)
@@ -427,6 +430,7 @@ func TestAudioTranscriptionThroughTheGateway(t *testing.T) {
 // catalog's token price for whisper-1), charged and marked an estimate, never free. A
 // streamed gpt-4o-transcribe (transcript.text.* events) is charged its tokens exactly.
 func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 100_000, OutputTokens: 10_000, AudioMillis: 62_500})
@@ -491,6 +495,7 @@ func TestDurationBilledAudioThroughTheGateway(t *testing.T) {
 // (four characters a token), marked an estimate, priced (not counted unpriced). The
 // audio's 2.568 s are counted as 52 output tokens, which tts-1 prices at 0.
 func TestSpeechThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, _ := gatewayWithFixedUsage(t)
@@ -533,6 +538,7 @@ func audioTokens(millis int64) int64 {
 // container (made by ffmpeg). Each request is charged its input estimate and the audio's
 // duration, as ffmpeg decodes it, at 20 output tokens a second, marked an estimate.
 func TestSpeechAudioThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, _ := gatewayWithFixedUsage(t)
@@ -572,6 +578,7 @@ func TestSpeechAudioThroughTheGateway(t *testing.T) {
 // tokens: the official OpenAI SDK's call through the gateway is charged exactly that
 // usage at the catalog's price, complete; the base64 audio passes whole.
 func TestSpeechEventsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, _ := gatewayWithFixedUsage(t)
@@ -598,6 +605,7 @@ func TestSpeechEventsThroughTheGateway(t *testing.T) {
 // request's model (before 2026-11-28 the model had no entry: its tokens were charged the
 // catalog's highest prices, counted unpriced).
 func TestImagesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 50, OutputTokens: 4_160})
@@ -635,6 +643,7 @@ func TestImagesThroughTheGateway(t *testing.T) {
 // estimated. The provider's request is cancelled. Before 2026-11-28 such a request was
 // charged its prompt's few tokens alone.
 func TestImageLeftUnfinishedIsCharged(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake := &fakellm.Server{}
@@ -692,6 +701,7 @@ func TestImageLeftUnfinishedIsCharged(t *testing.T) {
 // prompt_tokens_details and completion_tokens_details.audio_tokens; the receipt keeps both
 // parts. Before 2026-11-28 such a model's tokens were all charged at the audio prices.
 func TestAudioTokensThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	u := fakellm.Usage{InputTokens: 10_000, OutputTokens: 2_000, AudioInputTokens: 8_000, AudioOutputTokens: 1_500}
 	fake, s, o := gatewayWithUsage(t, u)
@@ -727,6 +737,7 @@ func TestAudioTokensThroughTheGateway(t *testing.T) {
 // part of the counts is charged at its price: text, audio, and the images the session
 // was sent (input_token_details.image_tokens, dearer than text on gpt-realtime).
 func TestRealtimeThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 12_000, CachedInputTokens: 2_000, OutputTokens: 5_000,
@@ -779,6 +790,7 @@ func TestRealtimeThroughTheGateway(t *testing.T) {
 // refuses models nobody priced, a response.create naming one is refused the same way,
 // before it runs. The provider sees its own key, never the member's.
 func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 300_000, CachedInputTokens: 100_000, OutputTokens: 40_000, WebSearchRequests: 1})
@@ -830,6 +842,7 @@ func TestResponsesWebSocketThroughTheGateway(t *testing.T) {
 // that refuses models nobody priced, a session.start naming one is refused with 1008
 // before the provider sees it. The provider never gets the member's key.
 func TestGPTLiveThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 300_000, CachedInputTokens: 100_000, OutputTokens: 40_000, AudioMillis: 12_000})
@@ -952,6 +965,7 @@ func receiptRows(t *testing.T, s *stack, o org, columns string) []string {
 // session's handshake is refused 429. The provider gets its own key, never the member's
 // (neither in a header nor in the query).
 func TestGeminiLiveThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 96_000, AudioInputTokens: 56_000, OutputTokens: 40_000, AudioOutputTokens: 36_000})
@@ -990,6 +1004,7 @@ func TestGeminiLiveThroughTheGateway(t *testing.T) {
 // thinking tokens); a token count is free. A stream without alt=sse (a plain client's
 // REST call: the chunks in a JSON array) is charged as the SDK's event stream is.
 func TestGeminiThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, AudioInputTokens: 30_000,
@@ -1124,6 +1139,7 @@ func TestGeminiThroughTheGateway(t *testing.T) {
 // at once, never sent. Two calls spend the member's 1 USD day limit: the next is the
 // 429.
 func TestGeminiInteractionsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 1_000_000, CachedInputTokens: 200_000, AudioInputTokens: 300_000,
@@ -1214,6 +1230,7 @@ func TestGeminiInteractionsThroughTheGateway(t *testing.T) {
 // two different Tollgate keys in api-key and x-api-key are a 401, and a blocked member's
 // call is the 429, not retried; neither reaches the provider.
 func TestAzureOpenAIThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const providerKey = "azure-provider-key-0123456789"
@@ -1286,10 +1303,14 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 			t.Fatalf("status %+v, want blocked after spending %d", st, 2*want)
 		}
 		before := len(fake.Calls())
+		refusedBefore := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
 		r := runSDK(t, dir, "azure.mjs", "json", s.gateway, o.key, deployment)
 		r.wasRefusedFast(t)
 		if got := len(fake.Calls()) - before; got != 0 {
 			t.Fatalf("the refused call reached the provider (%d calls)", got)
+		}
+		if got := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refusedBefore; got != 1 {
+			t.Errorf("the gateway refused %v requests, want 1 (the SDK did not retry)", got)
 		}
 	})
 }
@@ -1304,6 +1325,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // tokens beside 23,000 and 1,000 of its own, streamed and not, is charged all of them.
 // Before 2026-11-29 the compaction was free: 85% of such a call's cost.
 func TestAnthropicCompactionThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 23_000, OutputTokens: 1_000, CompactionInputTokens: 180_000, CompactionOutputTokens: 3_500})
 	s.guardPolicy(t, o, "10", nil) // a day limit these calls (about 1.1 USD each) do not reach
@@ -1331,6 +1353,7 @@ func TestAnthropicCompactionThroughTheGateway(t *testing.T) {
 // prices and the advisor's at Opus's (five times as dear), and the receipt keeps them
 // apart. Before 2026-11-29 the advisor's tokens were charged at Haiku's prices.
 func TestAnthropicAdvisorThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000,
 		AdvisorModel: "claude-opus-4-7", AdvisorInputTokens: 12_000, AdvisorOutputTokens: 2_000, AdvisorCachedInputTokens: 8_000})
@@ -1360,6 +1383,7 @@ func TestAnthropicAdvisorThroughTheGateway(t *testing.T) {
 // (the input and the executor's output so far read, 2,048 tokens written), with the
 // executor's tokens. Before, only the executor's were.
 func TestAdvisorLeftUnfinishedIsCharged(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const advice = "Check the toll booth's hours first."
@@ -1407,6 +1431,7 @@ func TestAdvisorLeftUnfinishedIsCharged(t *testing.T) {
 // the price, as Anthropic charges), and the receipt says so (regional_endpoint). Before
 // 2026-11-29 it was charged the price.
 func TestAnthropicInferenceGeoThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const model = "claude-opus-4-6"
@@ -1439,6 +1464,7 @@ func TestAnthropicInferenceGeoThroughTheGateway(t *testing.T) {
 // serviceTier, Vertex AI's usage trafficType ON_DEMAND_PRIORITY. The same calls at the
 // standard tier are charged the price. Before 2026-11-29 they were charged the price.
 func TestGeminiPriorityThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const gemini = "gemini-2.5-flash"
@@ -1492,6 +1518,7 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 // SDK's call whose answer reports 3,000 of them beside a 10,000-token prompt, streamed and
 // not, is charged 13,000 input tokens. Before 2026-11-29 they were not charged.
 func TestGeminiToolResultsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := googleGateway(t, fakellm.Usage{InputTokens: 10_000, ToolUsePromptTokens: 3_000, OutputTokens: 1_000})
 	const gemini = "gemini-2.5-flash"
@@ -1563,6 +1590,7 @@ func sdkOK(t *testing.T, r sdkResult) {
 // (gpt-4o-mini: 1.67 times, what OpenAI charges); at its ultrafast tier six times; the
 // same call at the default tier the price.
 func TestPriorityTierThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o, want := gatewayWithFixedUsage(t)
 	// The organization's own price of the model is a standard one: the tiers' percents
@@ -1618,6 +1646,7 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 // Opus 5 twice (Anthropic's prices). The same call at the standard speed is charged the
 // price. Before 2026-11-29 fast mode was charged the standard price.
 func TestAnthropicFastModeThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	s.guardPolicy(t, o, "10", nil) // a day limit these calls (at most 0.45 USD each) do not reach
@@ -1650,6 +1679,7 @@ func TestAnthropicFastModeThroughTheGateway(t *testing.T) {
 // hour (usage.cache_creation.ephemeral_1h_input_tokens) are charged at twice the input
 // price, the five-minute ones at the cache-write price, streamed or not.
 func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 2000, CacheCreationInputTokens: 3000, CacheCreation1hInputTokens: 2000, OutputTokens: 100})
 	const claude = "claude-sonnet-4-5"
@@ -1687,6 +1717,7 @@ func TestAnthropicOneHourCacheWritesThroughTheGateway(t *testing.T) {
 // are charged at the catalog's cache-write price: the official SDK's chat completion and
 // Responses call, streamed and not, each charged exactly, the receipt keeping the count.
 func TestOpenAICacheWritesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	// The prompt-caching guide's example: 2,600 input tokens, 2,000 of them cached, 400
@@ -1718,6 +1749,7 @@ func TestOpenAICacheWritesThroughTheGateway(t *testing.T) {
 // SDK's call through the gateway, streamed and not, is charged its tokens and its 3
 // searches exactly, and the receipt keeps them.
 func TestWebSearchesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, WebSearchRequests: 3})
@@ -1766,6 +1798,7 @@ func TestWebSearchesThroughTheGateway(t *testing.T) {
 // image queries, is charged its tokens and three queries; before 2026-11-29 the image
 // queries were free.
 func TestImageSearchQueriesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 1_120, WebSearchRequests: 1, ImageSearchQueries: 2})
@@ -1793,6 +1826,7 @@ func TestImageSearchQueriesThroughTheGateway(t *testing.T) {
 // same call with an unpriced model is charged the catalog's highest price of a grounded
 // prompt, and the receipt is marked unpriced.
 func TestMapsGroundingThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, MapsGrounded: true})
@@ -1829,6 +1863,7 @@ func TestMapsGroundingThroughTheGateway(t *testing.T) {
 // call with the tool, streamed and not, is charged its tokens and 4 calls exactly, and
 // the receipt counts them.
 func TestFileSearchesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, FileSearchCalls: 4})
@@ -1859,6 +1894,7 @@ func TestFileSearchesThroughTheGateway(t *testing.T) {
 // model, streamed and not, is charged its tokens and its one search; before 2026-11-28
 // the search, most of such a request's price, was free.
 func TestSearchModelsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
 	const model = "gpt-4o-mini-search-preview"
@@ -1890,6 +1926,7 @@ func TestSearchModelsThroughTheGateway(t *testing.T) {
 // charged that cost exactly (cost basis upstream_cost); before 2026-11-28 it was charged
 // its tokens at the fallback price, the catalog's highest (o1-pro's), and counted unpriced.
 func TestOpenRouterThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, CostUSD: "0.045"})
 	const model = "anthropic/claude-sonnet-4.5"
@@ -1915,6 +1952,7 @@ func TestOpenRouterThroughTheGateway(t *testing.T) {
 // charged at them exactly; before 2026-11-28 it was charged the shorter prompts' prices,
 // half its input's price.
 func TestLongPromptsThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 250_000, OutputTokens: 1_000})
 	s.guardPolicy(t, o, "10", nil) // a day limit that two such requests (1.52 USD each) do not reach
@@ -1944,6 +1982,7 @@ func TestLongPromptsThroughTheGateway(t *testing.T) {
 // tokens, 100 of them cache reads, at the image model's input prices) exactly, and the
 // receipt says them.
 func TestImageGenerationToolThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ImageGenerationCalls: 3,
@@ -2043,6 +2082,7 @@ func gatewayWithFixedUsage(t *testing.T) (*fakellm.Server, *stack, org, int64) {
 // endpoints"). Before, each was charged its body's input estimate at the fallback price
 // (no model is named), counted unpriced.
 func TestOpenAIConversationsAreFree(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 100})
 	r := runSDK(t, dir, "openai.mjs", "conversation", s.gateway, o.key, model)
@@ -2070,6 +2110,7 @@ func TestOpenAIConversationsAreFree(t *testing.T) {
 // at the fallback price (they name no model), counted unpriced, the upload settled at an
 // unknown cost.
 func TestAdministrationIsFree(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 1_000, OutputTokens: 100})
 	r := runSDK(t, dir, "anthropic.mjs", "administration", s.gateway, o.key, "claude-sonnet-4-5")

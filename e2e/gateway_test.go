@@ -275,8 +275,7 @@ func flatten(h http.Header) []string {
 // limit spent, the call, the stream and an upload refused fast with the 429 and not
 // retried, never reaching the provider.
 func TestOpenAISDKThroughTheGateway(t *testing.T) {
-	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
-	// would blur; Go runs it before the parallel tests.
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	next := fakellm.Usage{InputTokens: 1_000_000, OutputTokens: 500_000} // 0.45 USD at the organization's price

@@ -109,6 +109,7 @@ func (u *hangingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     (the SDK does not retry) and failing fast;
 //   - the provider never sees the member's key.
 func TestGoSDKs(t *testing.T) {
+	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
 	var next fakellm.Usage
 	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: func(fakellm.Call) fakellm.Usage { return next }}

@@ -17,6 +17,7 @@ import (
 // providers, and each call was charged the fallback price, the catalog's highest, a
 // hundred to several thousand times its own.
 func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	// Each model is called by the name its users send, and charged exactly its entry's
 	// price (10,000 tokens in, 1,000 out).
 	dir := sdkDir(t)
@@ -56,6 +57,7 @@ func TestOpenAICompatibleProvidersThroughTheGateway(t *testing.T) {
 // call was charged its tokens at the fallback price, the catalog's highest. An answer
 // without its cost is charged at the catalog's price of its model, request fee included.
 func TestPerplexityThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 480, OutputTokens: 2_823, CostUSD: "0.0517805", CostParts: true},
 		"authorization", "Bearer pplx-key")
@@ -93,6 +95,7 @@ func TestPerplexityThroughTheGateway(t *testing.T) {
 // usage.cost_in_usd_ticks (1e-10 USD); the gateway charges it as the upstream's cost,
 // rounded up to micro-USD, in chat completions (streamed and not) and the Responses API.
 func TestGrokReportedCostIsCharged(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	// grok-4.3's tokens (1.25 / 2.50 USD per million: 3,750 micro-USD) and three X
 	// searches (15,000 micro-USD), as xAI billed them: 18,750.0001 micro-USD.
@@ -108,6 +111,7 @@ func TestGrokReportedCostIsCharged(t *testing.T) {
 }
 
 func TestGrokThinkingIsCharged(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, ReasoningApart: 4_000}, "authorization", "Bearer xai-key")
 	e, _ := tenThousandIn(t, "grok-4.3")
@@ -132,6 +136,7 @@ func TestGrokThinkingIsCharged(t *testing.T) {
 // gpt-oss-120b at Groq's own price of it, not at the dearest host's, which the same name
 // sent elsewhere pays.
 func TestHostsOwnPriceThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o, gw := proxiedGateway(t, "http://api.groq.com", "Bearer gsk-provider-key")
 	groq, ok := pricecatalog.Default().LookupFor("api.groq.com", "openai/gpt-oss-120b")
@@ -157,6 +162,7 @@ func TestHostsOwnPriceThroughTheGateway(t *testing.T) {
 }
 
 func TestMistralThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o, gw := proxiedGateway(t, "http://"+fakellm.MistralHost, "Bearer mistral-provider-key")
 	_, want := tenThousandIn(t, "mistral-large")
@@ -187,6 +193,7 @@ func TestMistralThroughTheGateway(t *testing.T) {
 // page price, counted unpriced. Before 2026-11-29 an OCR call was charged its request's
 // few estimated tokens at the fallback price, whatever its pages.
 func TestMistralOCRThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o := routedGateway(t, fakellm.Usage{OCRPages: 12}, "authorization", "Bearer mistral-key")
 	for _, tc := range []struct {

@@ -17,6 +17,7 @@ import (
 // of a coding nobody decodes (415, ext_proc's own). Before 2026-12-03, Envoy's had no
 // Cache-Control: only the gateway's HTTP writer added it.
 func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
+	t.Parallel()
 	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000} }}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)

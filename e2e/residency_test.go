@@ -18,6 +18,7 @@ import (
 // The enforcer runs in a process of its own, so that it reads this HTTP_PROXY: the fake
 // provider is the proxy, and gets each request for the EU host in absolute form.
 func TestOpenAIDataResidencyThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	fake, s, o, gw := proxiedGateway(t, "http://eu.api.openai.com", "Bearer sk-provider-eu")
 	gpt55, gpt55Cost := tenThousandIn(t, "gpt-5.5")

@@ -129,8 +129,7 @@ type sdkResult struct {
 // seconds with 429 service_gateway_usage_limit_exceeded and is not retried; and the
 // provider sees the provider's credential, never the member's Tollgate key.
 func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
-	// Not parallel: it times the refused calls (under 2 s), which a loaded machine
-	// would blur; Go runs it before the parallel tests.
+	t.Parallel()
 	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
 	if err != nil {
 		t.Fatalf("the Envoy emulator cannot play deploy/envoy/envoy.yaml: %v", err)
@@ -146,6 +145,7 @@ func TestOfficialSDKsThroughTheEnforcedPath(t *testing.T) {
 // body and the response, answered, where envoy.yaml has two. The same calls, charged
 // the same, refused the same.
 func TestOfficialSDKsThroughEnvoyGateway(t *testing.T) {
+	t.Parallel()
 	cfg, clusters := envoyGatewayTranslation(t)
 	sdksThroughEnvoy(t, cfg, clusters)
 }
@@ -351,8 +351,10 @@ func sdksThroughEnvoy(t *testing.T, cfg *envoyemu.Config, clusters func(enforcer
 }
 
 // wasRefusedFast checks that an SDK call got the usage-limit 429 (the code in the body
-// and in X-Service-Error-Code), told not to retry, within 2 seconds: the SDK's own
-// retries would take longer.
+// and in X-Service-Error-Code), told not to retry, within 2 seconds. A refusal takes tens
+// of milliseconds even with other tests beside it (these tests run in parallel), so the
+// bound is wide; whether the SDK retried is asserted by counting the refusals (one per
+// call), by each test, not by this time.
 func (r sdkResult) wasRefusedFast(t *testing.T) {
 	t.Helper()
 	const code = "service_gateway_usage_limit_exceeded"

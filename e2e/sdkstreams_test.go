@@ -40,6 +40,7 @@ import (
 //     SDK may then end its loop quietly): as "break" with a client that leaves, for every
 //     SDK but Mistral's (its fetchOptions.signal did not end the request here).
 func TestOtherSDKsLeavingTheirStreams(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	usage := fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000}

@@ -115,6 +115,7 @@ func (u *lingeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // event flushed through the compressor), whose client left before the compressor's end
 // (its CRC-32): before the end of 2026-12-03, settled incomplete.
 func TestClientsLeavingAtTheTerminalEvent(t *testing.T) {
+	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	var next fakellm.NextUsage
