@@ -231,7 +231,7 @@ func TestAzureOpenAIEntraThroughTheGateway(t *testing.T) {
 	t.Run("a blocked member gets the 429, not retried", func(t *testing.T) {
 		// The member has spent three calls' cost; a limit of 0.01 USD is below it.
 		s.guardPolicy(t, o, "0.01", nil)
-		waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+		s.waitBlocked(t, o)
 		refusedBefore := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
 		before := len(fake.Calls())
 		for _, scenario := range []string{"json", "stream"} {

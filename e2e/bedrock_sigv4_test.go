@@ -92,7 +92,7 @@ func TestBedrockSignedThroughTheGateway(t *testing.T) {
 
 		t.Run("a blocked member gets the 429, not retried", func(t *testing.T) {
 			s.guardPolicy(t, o, "0.01", nil)
-			waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+			s.waitBlocked(t, o)
 			refusedBefore := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
 			before := len(b.fake.Calls())
 			for _, scenario := range []string{"invoke", "converse-stream"} {

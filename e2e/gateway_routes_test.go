@@ -151,6 +151,7 @@ func TestBothSDKsThroughOneGatewayByRoute(t *testing.T) {
 	if st := s.status(t, o); st.State != "blocked" || st.Buckets[0].UsedMicroUsd != 1_020_012 {
 		t.Fatalf("status after the four calls: %+v", st)
 	}
+	s.waitMirrored(t, o)
 
 	openaiBefore, anthropicBefore := len(openai.Calls()), len(anthropic.Calls())
 	for _, c := range []sdkCall{calls[0], calls[1], calls[2], calls[3]} {
@@ -1302,6 +1303,7 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 		if st := s.status(t, o); st.State != "blocked" {
 			t.Fatalf("status %+v, want blocked after spending %d", st, 2*want)
 		}
+		s.waitMirrored(t, o)
 		before := len(fake.Calls())
 		refusedBefore := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
 		r := runSDK(t, dir, "azure.mjs", "json", s.gateway, o.key, deployment)

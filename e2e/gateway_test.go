@@ -242,7 +242,7 @@ func TestGatewayChargesEveryResponse(t *testing.T) {
 			t.Fatalf("the spending call: %d", r.status)
 		}
 		settled++
-		waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, o).State == "blocked" })
+		s.waitBlocked(t, o)
 		waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
 			return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
 		})
@@ -317,7 +317,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 		t.Fatalf("the spending call: %+v", r)
 	}
 	settled++
-	waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, o).State == "blocked" })
+	s.waitBlocked(t, o)
 	waitFor(t, 10*time.Second, "the enforcer to receive every receipt", func() bool {
 		return s.metric(t, "tollgate_enforcer_settlements_total") >= float64(settled)
 	})

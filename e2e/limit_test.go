@@ -366,6 +366,16 @@ func flushedMirrorNeverAdmitsOnInventedZero(t *testing.T, s *stack) {
 	s.expectStatus(t, o, "after the flush", expected{state: "blocked", used: used, pending: 0, lastSettled: reqID, canRequestReset: true})
 }
 
+// waitBlocked waits until o's member is blocked where the enforcer decides it: the
+// status (Postgres) reads blocked, and the mirror record in Redis, which the enforcer
+// reads, holds the same day spend. The control plane writes the mirror after its commit,
+// so a check made as soon as the status reads blocked can still be admitted.
+func (s *stack) waitBlocked(t *testing.T, o org) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+	s.waitMirrored(t, o)
+}
+
 // waitMirrored waits until the member's record in Redis, which the enforcer decides on,
 // holds the day's spend the status reads from Postgres: a status that reads blocked can
 // come before the control plane's write of the record lands, and a starved machine

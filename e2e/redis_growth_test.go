@@ -117,7 +117,7 @@ func TestRedisHoldsOnlyBoundedKeys(t *testing.T) {
 	}
 	reqID := admitted(t, s.check(t, o.key), "within_limit")
 	s.respond(t, reqID, "application/json", testio.Chunks(openAIJSON("chatcmpl-big", 10_000_000, 0, 0), 2))
-	waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+	s.waitBlocked(t, o)
 	if code, _, body := s.httpCheck(t, o.key); code != http.StatusTooManyRequests {
 		t.Fatalf("the blocked member's check: %d %s", code, body)
 	}

@@ -201,7 +201,7 @@ func TestOtherSDKsLeavingTheirStreams(t *testing.T) {
 // only (docs/gateway.md, "Usage-limit refusals in the other SDKs").
 func blockedThroughTheOtherSDKs(t *testing.T, s *stack, dir string, fake *fakellm.Server, o org) {
 	s.guardPolicy(t, o, "0.01", nil)
-	waitFor(t, 15*time.Second, "the member blocked", func() bool { return s.status(t, o).State == "blocked" })
+	s.waitBlocked(t, o)
 	for _, c := range []struct{ script, scenario, model string }{
 		{"gemini.mjs", "json", "gemini-2.5-flash"},
 		{"gemini.mjs", "stream", "gemini-2.5-flash"},
