@@ -61,9 +61,8 @@ test: ## the whole test suite (what CI runs); needs Postgres and Redis (see `mak
 	@# Four test binaries at once (go test's default is one per CPU): most tests wait on
 	@# Postgres commits, Redis and sockets, not on the CPU. TEST_P overrides it.
 	@# go test starts packages in the order they are named (a package named twice runs
-	@# once), so the longest are named first: e2e alone takes longer than all the rest
-	@# together, and started last, as import-path order had it, it ran alone at the end
-	@# (docs/development.md, Tests).
+	@# once), so SLOW_PKGS come first: in import-path order e2e, the longest, started
+	@# last and ran its last minutes alone (docs/development.md, Tests).
 	$(GO) test -p $(TEST_P) -count=1 -timeout 20m $(SLOW_PKGS) ./...
 	@# Then the packages where goroutines share state again, under the race detector.
 	@$(MAKE) --no-print-directory race
