@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // pgCluster is a Postgres primary and its streaming replica of the test's own, started
@@ -72,15 +73,12 @@ func pgBindir(t testing.TB) string {
 	return ""
 }
 
-// freePort is a loopback TCP port nothing listens on now.
+// freePort is a loopback TCP port nothing listens on now (testio.FreeAddr's).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(testio.FreeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // startPgCluster initdbs a primary, takes a replica of it with pg_basebackup and starts

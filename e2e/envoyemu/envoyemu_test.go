@@ -448,10 +448,9 @@ func TestDenialGoesBackAsIs(t *testing.T) {
 
 func TestUnreachableAuthzAnswersStatusOnError(t *testing.T) {
 	e := setup(t, chain, &processor{}, &upstream{})
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead.Close()
+	dead := testio.FreeAddr(t) // nothing listens there
 	cfg, _ := Load([]byte(chain), "inference")
-	p, err := New(Options{Config: cfg, Clusters: map[string]string{"enforcer": dead.Addr().String(), "upstream": e.upstream.URL}})
+	p, err := New(Options{Config: cfg, Clusters: map[string]string{"enforcer": dead, "upstream": e.upstream.URL}})
 	if err != nil {
 		t.Fatal(err)
 	}

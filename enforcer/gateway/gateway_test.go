@@ -1005,9 +1005,7 @@ func TestCheckSeesTheBody(t *testing.T) {
 // that got it all (it worked on it until the header timeout, or broke off) is charged
 // its input estimate, incomplete: the provider may bill it.
 func TestUpstreamFailures(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + testio.FreeAddr(t) // nothing listens there
 	e := newEnv(t, dead, gateway.Config{})
 	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", chatBody)
 	b, _ := io.ReadAll(res.Body)
@@ -1106,9 +1104,7 @@ func TestBackgroundResponsesAreSeenInAnyBody(t *testing.T) {
 // An upstream that is down fails every request: each is answered 502 and counted, but
 // the failure is logged once per interval, not once per request.
 func TestUpstreamDownIsLoggedOncePerInterval(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + testio.FreeAddr(t) // nothing listens there
 	logs := &testio.SyncBuffer{}
 	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(logs, nil)))
 	for range 20 {

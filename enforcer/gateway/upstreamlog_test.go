@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,9 +44,7 @@ func TestUpstreamFailureLogLineIsBounded(t *testing.T) {
 // line, and returns the gateway's log.
 func realtimeToADeadUpstream(t *testing.T, query string) string {
 	t.Helper()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + testio.FreeAddr(t) // nothing listens there
 	logs := &testio.SyncBuffer{}
 	e := newEnvLogging(t, dead, gateway.Config{}, slog.New(slog.NewTextHandler(logs, nil)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

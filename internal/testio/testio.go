@@ -10,7 +10,6 @@ package testio
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,18 +47,6 @@ func Chunks(s string, n int) [][]byte {
 		out = append(out, []byte(s[i:min(i+step, len(s))]))
 	}
 	return out
-}
-
-// FreeAddr is a loopback address nothing listened on a moment ago, for a program a test
-// starts to listen on.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // LookTool is the path of a third-party program a test runs (caddy, nginx...). Without

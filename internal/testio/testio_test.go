@@ -1,6 +1,8 @@
 package testio
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,5 +41,45 @@ func TestSyncBufferKeepsEveryWrite(t *testing.T) {
 	wg.Wait()
 	if n := len(b.String()); n != 800 {
 		t.Fatalf("%d bytes, want 800", n)
+	}
+}
+
+// FreeAddr's ports lie outside the kernel's ephemeral range, so no listener on port 0 and
+// no outgoing connection can take one between the choice and a program's bind; none is
+// handed out twice, and each can be bound when handed out.
+func TestFreeAddrPicksOutsideTheEphemeralRange(t *testing.T) {
+	lo, hi := pickRange()
+	if hi-lo < 1_000 {
+		t.Fatalf("FreeAddr picks from [%d, %d): fewer than 1,000 ports", lo, hi)
+	}
+	seen := map[string]bool{}
+	for range 200 {
+		addr := FreeAddr(t)
+		_, p, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(p)
+		if port < lo || port >= hi {
+			t.Fatalf("FreeAddr gave %s, outside [%d, %d)", addr, lo, hi)
+		}
+		if seen[addr] {
+			t.Fatalf("FreeAddr gave %s twice", addr)
+		}
+		seen[addr] = true
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("FreeAddr gave %s, which cannot be bound: %v", addr, err)
+		}
+		ln.Close()
+	}
+	// What the kernel hands a listener on port 0 is never in FreeAddr's range.
+	for range 200 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if port >= lo && port < hi {
+			t.Fatalf("the kernel gave port %d to a listener on port 0, inside FreeAddr's range [%d, %d)", port, lo, hi)
+		}
 	}
 }

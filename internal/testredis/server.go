@@ -60,10 +60,9 @@ func freePort(t testing.TB) int {
 
 // startOnFreePort starts redis-server on a free port with the extra arguments args gives
 // for it (a cluster node picks its bus port there, a sentinel its configuration); it is
-// stopped when the test ends. A port is free when chosen, but another test's outgoing
-// connection may take it before the server binds it (both come from the ephemeral
-// range): a server that exits at start is started again on other ports, three times at
-// most.
+// stopped when the test ends. A port is free when chosen, but another test's FreeAddr may
+// hand it out again before the server binds it: a server that exits at start is started
+// again on other ports, three times at most.
 func startOnFreePort(t testing.TB, bin string, args func(s *Server) []string) *Server {
 	t.Helper()
 	for attempt := 1; ; attempt++ {

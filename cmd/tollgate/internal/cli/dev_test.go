@@ -251,7 +251,12 @@ func TestDemoServersLogThroughTheLogger(t *testing.T) {
 func TestDevNamesTheKnobOfATakenPort(t *testing.T) {
 	redisURL := requireRedis(t)
 	for _, tc := range []struct{ env, flag string }{
-		{"TOLLGATE_HTTP_ADDR", "--http-addr"},              // the control plane's, first to listen
+		{"TOLLGATE_HTTP_ADDR", "--http-addr"}, // the control plane's, first to listen
+		{"TOLLGATE_GRPC_ADDR", "--grpc-addr"},
+		{"TOLLGATE_ADMIN_ADDR", "--admin-addr"},
+		{"TOLLGATE_ENFORCER_GRPC_ADDR", "--enforcer-grpc-addr"},
+		{"TOLLGATE_ENFORCER_HTTP_ADDR", "--enforcer-http-addr"},
+		{"TOLLGATE_ENFORCER_ADMIN_ADDR", "--enforcer-admin-addr"},
 		{"TOLLGATE_DEMO_PROXY_ADDR", "--proxy-addr"},       // the enforcer's gateway
 		{"TOLLGATE_DEMO_UPSTREAM_ADDR", "--upstream-addr"}, // the fake upstream
 	} {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -135,12 +135,7 @@ func TestBootstrapUnreachableAPIWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	dbURL := storetest.URLFor(dbName)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiURL := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	apiURL := "http://" + testio.FreeAddr(t) // nothing listens there
 	conn, err := pgx.Connect(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
