@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -93,12 +92,7 @@ func TestTwoControlPlanesTwoEnforcers(t *testing.T) {
 
 	enfs := make([]*replicaEnforcer, 2)
 	for i, cp := range []string{s.cpGRPC, cp2["grpc"]} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := testio.FreeAddr(t)
 		enfs[i] = &replicaEnforcer{name: fmt.Sprintf("enforcer %c", 'A'+i), httpAddr: addr, env: map[string]string{
 			"TOLLGATE_CONTROLPLANE_ADDR": cp, "TOLLGATE_ENFORCER_HTTP_ADDR": addr, "TOLLGATE_ENFORCER_SETTLE_LINGER": "5ms"}}
 		enfs[i].start(t, s)

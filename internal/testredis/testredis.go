@@ -10,13 +10,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
@@ -102,13 +102,7 @@ func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // Dead returns a client for an address where nothing listens: every command fails at
 // once, as with a Redis that is down.
 func Dead(t testing.TB) *redis.Client {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200e6})
+	rdb := redis.NewClient(&redis.Options{Addr: testio.FreeAddr(t), MaxRetries: -1, DialTimeout: 200e6})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -36,13 +36,7 @@ func runCLI(ctx context.Context, env map[string]string, stdin string, args ...st
 
 // closedURL is the URL of a port nothing listens on.
 func closedURL(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := "http://" + ln.Addr().String()
-	ln.Close()
-	return u
+	return "http://" + testio.FreeAddr(t)
 }
 
 // An error of the control plane is one line an operator can act on: the API's error code
