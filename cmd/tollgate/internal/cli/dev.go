@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,6 +70,15 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	fs.BoolVar(&c.SeedOnly, "seed-only", false, "seed the demo organization against an already running control plane and exit")
 	if err := parseFlags(fs, args, stdio); err != nil {
 		return err
+	}
+	if !c.SeedOnly {
+		listened := addrs
+		if c.NoProxy {
+			listened = slices.DeleteFunc(slices.Clone(addrs), func(a devAddr) bool { return a.value == &c.UpstreamAddr || a.value == &c.ProxyAddr })
+		}
+		if err := sharedAddr(listened); err != nil {
+			return err
+		}
 	}
 	base := "http://" + c.HTTPAddr
 	if c.SeedOnly {
@@ -367,6 +377,40 @@ func devSpoolDir(getenv func(string) string) string {
 type devAddr struct {
 	flag, env, def, usage string
 	value                 *string
+}
+
+// sharedAddr is an error naming two of the stack's addresses that are one port (a
+// variable copied to the wrong name, say). Without it the second to listen fails with
+// "address already in use", and nameTakenAddr would name the first one's knob as if
+// another program held its port.
+func sharedAddr(addrs []devAddr) error {
+	for i, a := range addrs {
+		for _, b := range addrs[:i] {
+			if sameListenPort(*a.value, *b.value) {
+				return usagef("--%s (%s) is %s and --%s (%s) is %s: each address of the stack needs a port of its own",
+					b.flag, b.env, *b.value, a.flag, a.env, *a.value)
+			}
+		}
+	}
+	return nil
+}
+
+// sameListenPort reports whether listening on x and on y takes one port: the same port
+// number on the same host, or where either host is every interface.
+func sameListenPort(x, y string) bool {
+	hx, px, errX := net.SplitHostPort(x)
+	hy, py, errY := net.SplitHostPort(y)
+	if errX != nil || errY != nil || px != py || px == "0" {
+		return false // a malformed address fails at its own listen, with its own error
+	}
+	every := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	loopback := func(h string) string {
+		if h == "localhost" {
+			return "127.0.0.1"
+		}
+		return h
+	}
+	return every(hx) || every(hy) || loopback(hx) == loopback(hy)
 }
 
 // nameTakenAddr adds to an "address already in use" error the flag and the variable of

@@ -290,3 +290,58 @@ func TestDevNamesTheKnobOfATakenPort(t *testing.T) {
 		})
 	}
 }
+
+// Two of the stack's addresses given one port (a variable copied to the wrong name, say)
+// are refused before anything starts, naming both knobs: otherwise the second to listen
+// failed with "address already in use" and the error blamed another program for the
+// first one's port (a CI run's free ports, handed out twice, ended so).
+func TestDevRefusesOnePortForTwoAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		env        map[string]string
+		args       []string
+		wantShared bool
+		first      string
+		second     string
+	}{
+		{env: map[string]string{"TOLLGATE_HTTP_ADDR": "127.0.0.1:18080", "TOLLGATE_ENFORCER_GRPC_ADDR": "127.0.0.1:18080"},
+			wantShared: true, first: "--http-addr (TOLLGATE_HTTP_ADDR)", second: "--enforcer-grpc-addr (TOLLGATE_ENFORCER_GRPC_ADDR)"},
+		{env: map[string]string{"TOLLGATE_ADMIN_ADDR": ":19090", "TOLLGATE_ENFORCER_ADMIN_ADDR": "localhost:19090"},
+			wantShared: true, first: "--admin-addr (TOLLGATE_ADMIN_ADDR)", second: "--enforcer-admin-addr (TOLLGATE_ENFORCER_ADMIN_ADDR)"},
+		{env: map[string]string{"TOLLGATE_DEMO_PROXY_ADDR": "localhost:18000"}, args: []string{"--upstream-addr", "127.0.0.1:18000"},
+			wantShared: true, first: "--upstream-addr (TOLLGATE_DEMO_UPSTREAM_ADDR)", second: "--proxy-addr (TOLLGATE_DEMO_PROXY_ADDR)"},
+		// Without the demo proxy its two addresses are not listened on.
+		{env: map[string]string{"TOLLGATE_DEMO_PROXY_ADDR": "127.0.0.1:18000", "TOLLGATE_DEMO_UPSTREAM_ADDR": "127.0.0.1:18000"}, args: []string{"--no-proxy"}},
+		// One port on two loopback hosts of different families is two listens.
+		{env: map[string]string{"TOLLGATE_HTTP_ADDR": "127.0.0.1:18080", "TOLLGATE_GRPC_ADDR": "[::1]:18080"}},
+	} {
+		// A database and a Redis where nothing answers, and a context already done: a
+		// refusal comes before anything connects, and a stack let through stops at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		nowhere := testio.FreeAddr(t)
+		getenv := func(k string) string {
+			switch k {
+			case "TOLLGATE_DATABASE_URL":
+				return "postgres://postgres@" + nowhere + "/none?connect_timeout=1"
+			case "TOLLGATE_REDIS_URL":
+				return "redis://" + nowhere
+			}
+			return tc.env[k]
+		}
+		err := Run(ctx, append([]string{"dev"}, tc.args...), getenv, IO{Stdout: io.Discard, Stderr: io.Discard})
+		shared := err != nil && strings.Contains(err.Error(), "needs a port of its own")
+		if shared != tc.wantShared {
+			t.Errorf("tollgate dev %v with %v: %v; want the shared port refused: %v", tc.args, tc.env, err, tc.wantShared)
+			continue
+		}
+		if !tc.wantShared {
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.first) || !strings.Contains(err.Error(), tc.second) || strings.Index(err.Error(), tc.first) > strings.Index(err.Error(), tc.second) {
+			t.Errorf("the error does not name %s, then %s: %v", tc.first, tc.second, err)
+		}
+		if ExitCode(err) != 2 {
+			t.Errorf("exit code %d, want 2 (a usage error): %v", ExitCode(err), err)
+		}
+	}
+}
