@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -95,8 +94,7 @@ const Minutes = 90
 func Firing(t testing.TB, before, after Sample) []string {
 	t.Helper()
 	tool := testio.LookTool(t, "promtool", "apt-get install --no-install-recommends prometheus")
-	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "prometheus", "alerts.yaml"))
+	raw, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "prometheus", "alerts.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,3 +166,25 @@ func Firing(t testing.TB, before, after Sample) []string {
 
 // failedAlert is how promtool names an alert whose expectation failed.
 var failedAlert = regexp.MustCompile(`alertname: ?(\w+)`)
+
+// moduleRoot is this checkout's root: the nearest directory holding go.mod above the
+// test's working directory (go test runs a test in its package's directory). Not found
+// from runtime.Caller's file name, which `go test -trimpath` (the Makefile's, so that a
+// fresh clone finds the packages already built) makes an import path.
+func moduleRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("alerttest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
