@@ -518,19 +518,24 @@ func (q *Queue) backoff(attempts int) time.Duration {
 
 func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.spool.Ack(e.ref)
-	q.mu.Lock()
-	q.inflight--
-	q.doneLocked(e)
-	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
-	q.signalIdleLocked()
-	q.mu.Unlock()
+	// Counted before the entry leaves the queue: whoever sees the queue empty
+	// (WaitIdle) reads every outcome counted.
 	outcome := outcomeLabel(r.Outcome)
 	q.m.Settlements.WithLabelValues(outcome).Inc()
 	q.m.SettlementLag.Observe(now.Sub(e.queued).Seconds())
 	switch r.Outcome {
 	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
 		q.m.SettledCostBasis.WithLabelValues(basisLabel(r.CostBasis)).Inc()
-	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
+	}
+	q.mu.Lock()
+	q.inflight--
+	q.doneLocked(e)
+	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.signalIdleLocked()
+	q.mu.Unlock()
+	switch r.Outcome {
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED,
+		internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
 	default:
 		// Final refusals are not retried (they would be refused again) but must be seen.
 		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
@@ -548,13 +553,14 @@ func (q *Queue) abandon(e *entry, now time.Time, why string) {
 // abandonQuietly is abandon, logging the settlement only when log is set.
 func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	q.spool.Ack(e.ref) // given up on purpose: a restart must not try again
+	// Counted before it leaves the queue, as in finish.
+	q.m.Settlements.WithLabelValues("abandoned").Inc()
 	q.mu.Lock()
 	q.inflight--
 	q.doneLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
-	q.m.Settlements.WithLabelValues("abandoned").Inc()
 	if !log {
 		if e.done != nil {
 			e.done(Result{Err: ErrAbandoned})
@@ -713,7 +719,9 @@ func (q *Queue) afterDrain(e *entry) error {
 // maxAbandonLogs bounds the SETTLEMENT NOT DELIVERED lines of one drain.
 const maxAbandonLogs = 1000
 
-// WaitIdle blocks until nothing is queued or ctx ends (for tests and benchmarks).
+// WaitIdle blocks until nothing is queued or ctx ends (for tests and benchmarks). Every
+// settlement that left the queue is counted in tollgate_enforcer_settlements_total by
+// then; its done callback may still be running.
 func (q *Queue) WaitIdle(ctx context.Context) error {
 	for {
 		q.mu.Lock()
