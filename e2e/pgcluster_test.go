@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -73,14 +72,6 @@ func pgBindir(t testing.TB) string {
 	return ""
 }
 
-// freePort is a loopback TCP port nothing listens on now (testio.FreeAddr's).
-func freePort(t testing.TB) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(testio.FreeAddr(t))
-	n, _ := strconv.Atoi(port)
-	return n
-}
-
 // startPgCluster initdbs a primary, takes a replica of it with pg_basebackup and starts
 // both (asynchronous streaming replication, as Postgres's defaults have it), and
 // creates the database name on the primary, migrated.
@@ -105,7 +96,7 @@ func startPgCluster(t testing.TB, name string) *pgCluster {
 	}
 	c.dir = dir
 	for i, n := range []string{"pg1", "pg2"} {
-		c.nodes[i] = &pgNode{name: n, port: freePort(t), data: filepath.Join(dir, n)}
+		c.nodes[i] = &pgNode{name: n, port: testio.FreePort(t), data: filepath.Join(dir, n)}
 	}
 	primary := c.nodes[0]
 	c.run("initdb", "-D", primary.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")

@@ -526,6 +526,11 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	switch r.Outcome {
 	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
 		q.m.SettledCostBasis.WithLabelValues(basisLabel(r.CostBasis)).Inc()
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
+	default:
+		// Final refusals are not retried (they would be refused again) but must be seen.
+		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
+			"outcome", outcome, "message", r.Message)
 	}
 	q.mu.Lock()
 	q.inflight--
@@ -533,14 +538,6 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
-	switch r.Outcome {
-	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED,
-		internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
-	default:
-		// Final refusals are not retried (they would be refused again) but must be seen.
-		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
-			"outcome", outcome, "message", r.Message)
-	}
 	if e.done != nil {
 		e.done(r)
 	}

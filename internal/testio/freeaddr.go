@@ -35,6 +35,14 @@ func FreeAddr(t testing.TB) string {
 	return addr
 }
 
+// FreePort is FreeAddr's port, for a program told its port alone.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(FreeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
 // portPicks is what FreeAddr handed out in this process.
 var portPicks = struct {
 	sync.Mutex

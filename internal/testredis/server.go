@@ -50,14 +50,6 @@ func serverBinary(t testing.TB) string {
 	return bin
 }
 
-// freePort is a loopback port nothing listens on now (testio.FreeAddr's).
-func freePort(t testing.TB) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(testio.FreeAddr(t))
-	n, _ := strconv.Atoi(port)
-	return n
-}
-
 // startOnFreePort starts redis-server on a free port with the extra arguments args gives
 // for it (a cluster node picks its bus port there, a sentinel its configuration); it is
 // stopped when the test ends. A port is free when chosen, but another test's FreeAddr may
@@ -66,7 +58,7 @@ func freePort(t testing.TB) int {
 func startOnFreePort(t testing.TB, bin string, args func(s *Server) []string) *Server {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), dir: t.TempDir(), bin: bin}
+		s := &Server{Addr: testio.FreeAddr(t), dir: t.TempDir(), bin: bin}
 		s.args = args(s)
 		err := s.start()
 		if err == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 )
 
@@ -46,7 +47,7 @@ func StartCluster(t testing.TB) *Cluster {
 		// (CutReplica) would stay unpromoted whenever the test took that long, on a
 		// loaded machine, between the cut and the kill.
 		c.Nodes = append(c.Nodes, startOnFreePort(t, bin, func(s *Server) []string {
-			s.bus = freePort(t)
+			s.bus = testio.FreePort(t)
 			return []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())), "--cluster-port", strconv.Itoa(s.bus),
 				"--cluster-require-full-coverage", "no", "--cluster-replica-validity-factor", "0"}
