@@ -532,15 +532,21 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
 			"outcome", outcome, "message", r.Message)
 	}
+	q.leave(e)
+	if e.done != nil {
+		e.done(r)
+	}
+}
+
+// leave takes a finished or abandoned entry, its outcome counted, out of the queue, and
+// wakes WaitIdle when it was the last.
+func (q *Queue) leave(e *entry) {
 	q.mu.Lock()
 	q.inflight--
 	q.doneLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 	q.signalIdleLocked()
 	q.mu.Unlock()
-	if e.done != nil {
-		e.done(r)
-	}
 }
 
 func (q *Queue) abandon(e *entry, now time.Time, why string) {
@@ -552,12 +558,7 @@ func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	q.spool.Ack(e.ref) // given up on purpose: a restart must not try again
 	// Counted before it leaves the queue, as in finish.
 	q.m.Settlements.WithLabelValues("abandoned").Inc()
-	q.mu.Lock()
-	q.inflight--
-	q.doneLocked(e)
-	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
-	q.signalIdleLocked()
-	q.mu.Unlock()
+	q.leave(e)
 	if !log {
 		if e.done != nil {
 			e.done(Result{Err: ErrAbandoned})
