@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/testio"
@@ -300,7 +304,7 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 	c.replicate(pg2, pg1)
 	l4 := startPgLoad(t, s, o, 2)
 	waitFor(t, 30*time.Second, "traffic before the fencing", func() bool { return l4.admissionsAfter(time.Time{}) >= 10 })
-	c.sql(pg1, `ALTER SYSTEM SET default_transaction_read_only = on`, `SELECT pg_reload_conf()`)
+	c.fence(pg1)
 	c.waitStreaming(pg1) // a switchover: the replica has every commit before it is promoted
 	c.promote(pg2)
 	promotedAt = time.Now()
@@ -312,4 +316,73 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 	l4.end(t)
 	l4.checkChargedOnce(t, o)
 	t.Logf("old primary fenced read-only in place: first admission %s after the promotion: %s", since(l4.firstAdmissionAfter(promotedAt), promotedAt), &l4.tl)
+}
+
+// TestFenceOutlastsTheTransactionsBegunBeforeIt checks the failover test's switchover
+// premise, and shows why it needs pgCluster.fence: a primary fenced read-only in place
+// still commits a transaction begun before the fence (it keeps the read-write it began
+// with), so a replica is caught up only once every such transaction has ended.
+func TestFenceOutlastsTheTransactionsBegunBeforeIt(t *testing.T) {
+	t.Parallel()
+	c := startPgCluster(t, "tollgate_fence")
+	pg1, pg2 := c.nodes[0], c.nodes[1]
+	ctx := context.Background()
+	connect := func(n *pgNode) *pgx.Conn {
+		conn, err := pgx.Connect(ctx, c.nodeURL(n, "postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	c.sql(pg1, `CREATE TABLE fence_probe (note text)`)
+	writer := connect(pg1)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The write and the commit come once the fence holds for new sessions.
+	committed := make(chan error, 1)
+	go func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			conn, err := pgx.Connect(ctx, c.nodeURL(pg1, "postgres"))
+			if err != nil {
+				continue
+			}
+			var on string
+			err = conn.QueryRow(ctx, `SHOW default_transaction_read_only`).Scan(&on)
+			conn.Close(ctx)
+			if err == nil && on == "on" {
+				break
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO fence_probe VALUES ('begun before the fence')`)
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		committed <- err
+	}()
+	c.fence(pg1)
+	select {
+	case err := <-committed:
+		if err != nil {
+			t.Fatalf("a transaction begun before the fence could not write after it: %v", err)
+		}
+	default:
+		t.Fatal("the fence returned while a transaction begun before it was still open")
+	}
+	// The same session, kept, is refused its next write.
+	var pgErr *pgconn.PgError
+	if _, err := writer.Exec(ctx, `INSERT INTO fence_probe VALUES ('after the fence')`); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("a write after the fence on a kept session: %v, want SQLSTATE 25006", err)
+	}
+	c.waitStreaming(pg1)
+	var notes []string
+	rows, err := connect(pg2).Query(ctx, `SELECT note FROM fence_probe`)
+	if err == nil {
+		notes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || !slices.Equal(notes, []string{"begun before the fence"}) {
+		t.Fatalf("the replica, caught up after the fence, has %q (%v); want the commit begun before it", notes, err)
+	}
 }
