@@ -291,6 +291,14 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 	if quarantined != 1 {
 		t.Errorf("the in-flight request has %d quarantined settlements, want 1", quarantined)
 	}
+	// r1's settlement, answered by the crashed primary alone, is sent again once the
+	// enforcer sees the rebuild: its start was in the tail too, so it is quarantined for
+	// review, not charged and not gone.
+	waitFor(t, 30*time.Second, "the tail's settlement to be sent again and quarantined", func() bool {
+		var n int
+		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="no_snapshot"`) >= 1 &&
+			s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, r1).Scan(&n) == nil && n == 1
+	})
 	// The spend the promoted database has: 300,000 before the tail, 300,000 after.
 	waitFor(t, 10*time.Second, "the settlement after the lost tail", func() bool {
 		st := s.status(t, o)

@@ -235,7 +235,12 @@ func New(d Deps) *Enforcer {
 	if linger == 0 {
 		linger = -1 // settleq: a zero field takes the default; negative sends at once
 	}
-	e.Settle = settleq.New(cp, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger}, m, log)
+	resendWindow := cfg.SettleResendWindow
+	if resendWindow == 0 {
+		resendWindow = -1 // settleq: a zero field takes the default; negative keeps none
+	}
+	e.Settle = settleq.New(cp, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger,
+		ResendWindow: resendWindow}, m, log)
 	if d.Spool != nil {
 		e.Settle.UseSpool(d.Spool, d.SpoolPending)
 	}
@@ -251,6 +256,7 @@ func New(d Deps) *Enforcer {
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL, CallTimeout: cfg.CheckTimeout}, d.Clock, m, log)
 	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout,
 		ResolveTimeout: cfg.CheckTimeout}, m, log)
+	e.Records.OnRebuild(func() { e.Settle.SendAnsweredAgain() })
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL,
 		Speculate: cfg.Speculate(), CheckTimeout: cfg.CheckTimeout})

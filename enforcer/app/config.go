@@ -104,6 +104,10 @@ type Config struct {
 	// no spool. SettleSpoolMaxBytes bounds it (TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES).
 	SettleSpoolDir      string
 	SettleSpoolMaxBytes int
+	// SettleResendWindow is how long answered settlements are kept, to be sent again
+	// when the mirror is rebuilt (a replaced Postgres may have lost them; settleq's
+	// SendAnsweredAgain; TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW). 0 keeps none.
+	SettleResendWindow time.Duration
 	// InflightCapacity bounds the admitted requests kept in memory until someone reports
 	// them (TOLLGATE_ENFORCER_INFLIGHT_CAPACITY); past it the oldest unreported one is
 	// settled as incomplete at once (package inflight). 0: half of SettleCapacity.
@@ -243,6 +247,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.SettleLinger, "settle-linger", durationEnv("TOLLGATE_ENFORCER_SETTLE_LINGER", settleq.DefaultConfig.Linger), "how long a settlement call waits to gather more settlements; later spend in the mirror for less control-plane CPU; 0 sends at once (TOLLGATE_ENFORCER_SETTLE_LINGER)")
 	fs.StringVar(&c.SettleSpoolDir, "settle-spool-dir", env("TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", ""), "directory of the settlement spool: settlements are written there before they are queued and sent again after a crash; empty turns it off (TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR)")
 	fs.IntVar(&c.SettleSpoolMaxBytes, "settle-spool-max-bytes", intEnv("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", int(spool.DefaultConfig.MaxBytes)), "most bytes the settlement spool takes on disk; settlements past it are queued unspooled and counted (TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES)")
+	fs.DurationVar(&c.SettleResendWindow, "settle-resend-window", durationEnv("TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW", settleq.DefaultConfig.ResendWindow), "how long settlements the control plane answered are kept, to be sent again when the mirror is rebuilt under a new generation (Postgres replaced: a failover's lost tail, a restore); at most the settle capacity, about 270 bytes each; 0 keeps none (TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW)")
 	fs.IntVar(&c.InflightCapacity, "inflight-capacity", intEnv("TOLLGATE_ENFORCER_INFLIGHT_CAPACITY", 0), "most admitted requests kept until reported; past it the oldest unreported one is settled as incomplete at once; 0: half the settle capacity (TOLLGATE_ENFORCER_INFLIGHT_CAPACITY)")
 	fs.DurationVar(&c.AbandonAfter, "abandon-after", durationEnv("TOLLGATE_ENFORCER_ABANDON_AFTER", 15*time.Minute), "settle as incomplete an admitted request that nobody reported within this (TOLLGATE_ENFORCER_ABANDON_AFTER)")
 	fs.DurationVar(&c.GenerationPoll, "generation-poll", durationEnv("TOLLGATE_ENFORCER_GENERATION_POLL", time.Second), "how often to check the mirror's generation marker (TOLLGATE_ENFORCER_GENERATION_POLL)")
@@ -367,6 +372,7 @@ func (c Config) validate() []string {
 		{"TOLLGATE_ENFORCER_SETTLE_WAIT: must be positive", c.SettleWait > 0},
 		{"TOLLGATE_ENFORCER_SETTLE_LINGER: must be between 0 and 1s", c.SettleLinger >= 0 && c.SettleLinger <= time.Second},
 		{"TOLLGATE_ENFORCER_GENERATION_POLL: must be between 10ms and 1m", c.GenerationPoll >= 10*time.Millisecond && c.GenerationPoll <= time.Minute},
+		{"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h", c.SettleResendWindow >= 0 && c.SettleResendWindow <= time.Hour},
 	}
 	for _, x := range positive {
 		if !x.ok {

@@ -63,6 +63,12 @@ type Metrics struct {
 	SettleSpoolBytes    prometheus.Gauge
 	SettleSpoolDropped  *prometheus.CounterVec
 	SettleSpoolReplayed prometheus.Counter
+	// SettleAnsweredKept is how many answered settlements are kept to be sent again
+	// after a rebuild of the mirror (TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW), and
+	// SettleSentAgain counts the answers to those sent again, by outcome (unanswered:
+	// dropped at shutdown or after the maximum age).
+	SettleAnsweredKept prometheus.Gauge
+	SettleSentAgain    *prometheus.CounterVec
 	// Settlements counts settlements finished, by outcome. abandoned (given up after
 	// retrying for the maximum age, or left when the drain deadline passed) and overflow
 	// (queue full, no reservation) are settlements lost: the alert TollgateSettlementsLost.
@@ -153,6 +159,7 @@ var (
 	recordSources        = []string{"redis", "resolve"}
 	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
 	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
+	sentAgainOutcomes    = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "unanswered"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
 	requestBodyResults   = []string{"estimated", "not_json", "form", "include_usage_set", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable", "decode_busy", "guardrail_trace_set", "guardrail_check", "bom_dropped", "malformed"}
@@ -314,6 +321,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_settle_spool_replayed_total",
 			Help: "Settlements found unacknowledged in the spool at start and sent again (the control plane answers duplicate for those it already had).",
 		}),
+		SettleAnsweredKept: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_answered_kept",
+			Help: "Settlements the control plane answered in the last TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW, kept (about 270 bytes each, at most the settle capacity) to be sent again when the mirror is rebuilt under a new generation: a replaced Postgres may have lost them.",
+		}),
+		SettleSentAgain: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_settle_sent_again_total",
+			Help: "Answered settlements sent again after a rebuild of the mirror, by outcome: duplicate (the database still had it), settled or promoted (it had lost it: charged now), no_snapshot (its start was lost too: quarantined for review), the other refusals, unanswered (dropped at shutdown or after the maximum age).",
+		}, []string{"outcome"}),
 		ExtProcStreams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_streams_total",
 			Help: "ext_proc streams finished, by result (complete, incomplete, untracked).",
@@ -362,6 +377,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
+		m.SettleAnsweredKept, m.SettleSentAgain,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges)
 
@@ -373,7 +389,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for v, values := range map[*prometheus.CounterVec][]string{
 		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
-		m.Settlements: settleOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
+		m.Settlements: settleOutcomes, m.SettleSentAgain: sentAgainOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
 		m.SpeculativeStarts: SpeculativeStartResults, m.GatewayUpstreamResponses: GatewayUpstreamCodes,

@@ -67,8 +67,10 @@ type Reader struct {
 	flight singleflight.Group
 
 	// gen is the generation last seen; nil until the first successful poll.
-	gen   atomic.Pointer[string]
-	nudge chan struct{}
+	gen atomic.Pointer[string]
+	// rebuilt is OnRebuild's function.
+	rebuilt atomic.Pointer[func()]
+	nudge   chan struct{}
 	// doubt is set while the mirror may serve records a dead master acknowledged but
 	// never replicated (see masters.go): from a Redis error, or a replaced master seen
 	// by the watcher, until the watcher finds the same masters again or the control
@@ -344,9 +346,19 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 		r.log.Warn("mirror generation missing: Redis lost its data or was never synced; resolving every record through the control plane until it resyncs")
 	} else if old != nil && *old != g {
 		r.log.Info("mirror generation changed", "generation", g)
+		if f := r.rebuilt.Load(); f != nil && g != "" {
+			go (*f)()
+		}
 	}
 	return g, nil
 }
+
+// OnRebuild has f called, in a goroutine of its own, each time the watcher sees the
+// mirror rebuilt under a new generation after it had seen another (or none, Redis
+// having lost its data): the control plane does that when Redis lost its data and when
+// Postgres was replaced (a promoted replica, a restore), never on its own restarts.
+// The enforcer sends its recently answered settlements again then (package settleq).
+func (r *Reader) OnRebuild(f func()) { r.rebuilt.Store(&f) }
 
 type readReq struct {
 	key string

@@ -288,3 +288,44 @@ func TestFirstLookComparesWithTheNotedMasters(t *testing.T) {
 		t.Fatal("doubt though the generation moved past the note")
 	}
 }
+
+// OnRebuild's function runs for each new generation after another was seen (or none,
+// Redis having lost its data), never for the first one seen, an unchanged one, or the
+// generation's loss itself.
+func TestOnRebuildRunsForEachNewGeneration(t *testing.T) {
+	rdb, l := testredis.New(t)
+	ctx := context.Background()
+	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rebuilt := make(chan struct{}, 8)
+	r.OnRebuild(func() { rebuilt <- struct{}{} })
+	for _, step := range []struct {
+		gen     string // "" deletes the marker, as a flushed Redis has it
+		rebuild bool
+	}{{"g1", false}, {"g1", false}, {"g2", true}, {"", false}, {"g3", true}, {"g3", false}} {
+		var err error
+		if step.gen == "" {
+			err = rdb.Del(ctx, l.GenerationKey()).Err()
+		} else {
+			err = l.SetGeneration(ctx, rdb, step.gen)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.pollGeneration(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if step.rebuild {
+			select {
+			case <-rebuilt:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("generation %q: OnRebuild's function did not run", step.gen)
+			}
+		}
+	}
+	// Every call expected was taken above: one more is a call for a step that was not a rebuild.
+	select {
+	case <-rebuilt:
+		t.Fatal("OnRebuild's function ran for a step that was no rebuild")
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -1,4 +1,15 @@
 package settleq
 
+import (
+	"time"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
 // Signalled is how often the workers were woken by a signal.
 func (q *Queue) Signalled() int64 { return q.signalled.Load() }
+
+// KeepAnswered keeps item as if the control plane had just answered it.
+func (q *Queue) KeepAnswered(item *internalv1.SettleItem) {
+	q.keepAnswered(&entry{item: item}, time.Now())
+}

@@ -50,6 +50,10 @@ type Config struct {
 	// far below what a response takes, and below the 1s a blocked member is refused
 	// from memory.
 	Linger time.Duration
+	// ResendWindow is how long a settlement the control plane answered is kept, to be
+	// sent again by SendAnsweredAgain; negative keeps none. At most Capacity are kept, marshaled
+	// (about 270 bytes each: BenchmarkKeepAnswered).
+	ResendWindow time.Duration
 }
 
 // DefaultConfig is what the enforcer runs with unless configured otherwise.
@@ -62,6 +66,10 @@ var DefaultConfig = Config{
 	MaxBackoff:  30 * time.Second,
 	MaxAge:      6 * time.Hour,
 	Linger:      50 * time.Millisecond,
+	// Two minutes cover an asynchronous replica's lag, a failover manager's wait before
+	// it promotes (Patroni's TTL is 30s) and the rebuild's notice (one maintenance round
+	// of the control plane, one generation poll here), with room to spare.
+	ResendWindow: 2 * time.Minute,
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +97,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAge > 0 {
 		d.MaxAge = c.MaxAge
+	}
+	if c.ResendWindow != 0 {
+		d.ResendWindow = c.ResendWindow // negative: keep none
 	}
 	return d
 }
@@ -149,6 +160,15 @@ type Queue struct {
 	// cut ends when the calls of Run's workers must end (CutCalls), cutCalls ends it.
 	cut      context.Context
 	cutCalls context.CancelFunc
+	// answered holds the settlements answered in the last ResendWindow, oldest first,
+	// for SendAnsweredAgain (at most Capacity).
+	answered []answeredItem
+}
+
+// answeredItem is a settlement the control plane answered, kept for SendAnsweredAgain.
+type answeredItem struct {
+	at   time.Time // first answered
+	item []byte    // marshaled: a third of the decoded message's memory
 }
 
 type entry struct {
@@ -168,6 +188,10 @@ type entry struct {
 	// (it came from the spool at start, or overflowed into it).
 	ref      spool.Ref
 	replayed bool
+	// again: queued again by SendAnsweredAgain (so also replayed: outside the
+	// capacity; never spooled); answered is when it was first answered.
+	again    bool
+	answered time.Time
 }
 
 // New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
@@ -518,9 +542,16 @@ func (q *Queue) backoff(attempts int) time.Duration {
 
 func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.spool.Ack(e.ref)
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
+		q.keepAnswered(e, now)
+	}
 	// Counted before the entry leaves the queue: whoever sees the queue empty
 	// (WaitIdle) reads every outcome counted.
 	outcome := outcomeLabel(r.Outcome)
+	if e.again {
+		q.finishAgain(e, outcome, r)
+		return
+	}
 	q.m.Settlements.WithLabelValues(outcome).Inc()
 	q.m.SettlementLag.Observe(now.Sub(e.queued).Seconds())
 	switch r.Outcome {
@@ -555,6 +586,10 @@ func (q *Queue) abandon(e *entry, now time.Time, why string) {
 
 // abandonQuietly is abandon, logging the settlement only when log is set.
 func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
+	if e.again {
+		q.dropAgain(e)
+		return
+	}
 	q.spool.Ack(e.ref) // given up on purpose: a restart must not try again
 	// Counted before it leaves the queue, as in finish.
 	q.m.Settlements.WithLabelValues("abandoned").Inc()
@@ -661,7 +696,7 @@ func (q *Queue) Drain(ctx context.Context) {
 				kept++
 				q.doneLocked(e)
 			} else {
-				q.inflight++ // abandon counts it out
+				q.inflight++ // abandon (or dropAgain) counts it out
 			}
 		}
 		q.signalIdleLocked()
@@ -673,6 +708,10 @@ func (q *Queue) Drain(ctx context.Context) {
 		}
 		for _, e := range left {
 			if e.ref.Spooled() {
+				continue
+			}
+			if e.again {
+				q.dropAgain(e)
 				continue
 			}
 			abandoned++

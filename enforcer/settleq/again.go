@@ -1,0 +1,126 @@
+package settleq
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+)
+
+// A settlement the control plane answered is final for this queue, but not always for
+// Postgres: a replica promoted after its primary crashed lacks the last commits the
+// primary acknowledged (asynchronous replication's lost tail), and a restore lacks what
+// came after its copy. The control plane notices such a replacement (a new timeline or
+// system identifier) and rebuilds the mirror under a new generation, which every
+// enforcer sees within a generation poll. So the queue keeps what it had answered in
+// the last ResendWindow and, told of a rebuild, sends it all again. Settlements are
+// idempotent by request id: one the database still has is answered duplicate and
+// charged nothing twice; one it lost is charged now; one whose durable start was lost
+// too is quarantined for review (no_snapshot) instead of vanishing without a word.
+// Before 2026-12-04 a lost tail's settlements were simply gone, as a restore's are.
+
+// keepAnswered keeps e, just answered, for SendAnsweredAgain: from when it was first
+// answered, so that rebuilds in a row do not keep it past the window.
+func (q *Queue) keepAnswered(e *entry, now time.Time) {
+	if q.cfg.ResendWindow <= 0 {
+		return
+	}
+	at := now
+	if e.again {
+		at = e.answered
+	}
+	b, err := proto.Marshal(e.item)
+	if err != nil {
+		return // not a settlement that could have been sent
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.answered = append(q.answered, answeredItem{at: at, item: b})
+	q.forgetAnsweredLocked(now)
+}
+
+// forgetAnsweredLocked drops the kept settlements older than the window, and the
+// oldest ones past Capacity.
+func (q *Queue) forgetAnsweredLocked(now time.Time) {
+	n := max(len(q.answered)-q.cfg.Capacity, 0)
+	for n < len(q.answered) && now.Sub(q.answered[n].at) > q.cfg.ResendWindow {
+		n++
+	}
+	if n > 0 {
+		clear(q.answered[:n])
+		q.answered = q.answered[n:]
+	}
+	q.m.SettleAnsweredKept.Set(float64(len(q.answered)))
+}
+
+// SendAnsweredAgain queues again every settlement answered in the last ResendWindow
+// (the package's comment above keepAnswered says why), and returns how many. Call it
+// when the mirror was rebuilt under a new generation. They are sent with the queue's
+// other work, outside its capacity (the window's bound is theirs), never spooled, and
+// dropped quietly when the process stops first: each was answered once. Their answers
+// are counted by tollgate_enforcer_settle_sent_again_total, not with the first ones.
+func (q *Queue) SendAnsweredAgain() int {
+	now := time.Now()
+	q.mu.Lock()
+	if q.stopping || q.drained {
+		q.mu.Unlock()
+		return 0
+	}
+	q.forgetAnsweredLocked(now)
+	kept := q.answered
+	q.answered = nil
+	q.m.SettleAnsweredKept.Set(0)
+	q.mu.Unlock()
+	if len(kept) == 0 {
+		return 0
+	}
+	entries := make([]*entry, 0, len(kept))
+	for _, a := range kept {
+		item := new(internalv1.SettleItem)
+		if proto.Unmarshal(a.item, item) != nil {
+			continue // cannot happen: keepAnswered marshaled it
+		}
+		entries = append(entries, &entry{item: item, queued: now, next: now, again: true, replayed: true, answered: a.at})
+	}
+	q.mu.Lock()
+	if q.stopping || q.drained {
+		q.mu.Unlock()
+		return 0
+	}
+	for _, e := range entries {
+		q.ready = append(q.ready, e)
+		q.linkLocked(e)
+		q.replayed++
+	}
+	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.mu.Unlock()
+	q.log.Info("the mirror was rebuilt: settlements answered in the last window are sent again, in case Postgres lost them (a failover's lost tail, a restore)",
+		"count", len(entries), "window", q.cfg.ResendWindow.String())
+	q.wake()
+	return len(entries)
+}
+
+// finishAgain counts and logs the answer to a settlement sent again, then takes it out.
+func (q *Queue) finishAgain(e *entry, outcome string, r Result) {
+	q.m.SettleSentAgain.WithLabelValues(outcome).Inc()
+	switch r.Outcome {
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
+		// The database still had it: the usual answer.
+	case internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED:
+		q.log.Warn("a settlement the replaced database had lost is charged again", "request_id", e.item.GetRequestId(),
+			"outcome", outcome, "cost_micro_usd", r.CostMicroUSD, "first_answered", e.answered)
+	default:
+		q.log.Warn("a settlement sent again after the mirror's rebuild was refused", "request_id", e.item.GetRequestId(),
+			"outcome", outcome, "message", r.Message, "first_answered", e.answered)
+	}
+	q.leave(e)
+}
+
+// dropAgain takes out a settlement sent again that was not answered (the process is
+// stopping, or it was retried for the maximum age): it was answered once, so it is
+// counted, not logged as lost.
+func (q *Queue) dropAgain(e *entry) {
+	q.m.SettleSentAgain.WithLabelValues("unanswered").Inc()
+	q.leave(e)
+}
