@@ -244,18 +244,22 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 
 	// 3. The new primary crashed (immediate) while its replica had stopped receiving:
 	// the old primary, promoted again, lacks the last commits (asynchronous
-	// replication's lost tail). The limited member spent 300,000 before the tail,
-	// then was admitted for a request still in flight at the crash, and spent 900,000
-	// more, past the 1 USD hard limit, in the tail.
+	// replication's lost tail). The limited member spent 300,000 before the tail; rs
+	// was admitted before it (its start replicated) and settled in it (150,000); then
+	// the member was admitted for a request still in flight at the crash, and spent
+	// 900,000 more, past the 1 USD hard limit, in the tail.
 	r0 := admitted(t, s.check(t, o.key), "within_limit")
 	s.respond(t, r0, "application/json", testio.Chunks(openAIJSON("chatcmpl-r0", 2_000_000, 0, 0), 2)) // 300,000
 	waitFor(t, 10*time.Second, "the first settlement", func() bool { return s.status(t, o).Buckets[0].UsedMicroUsd == 300_000 })
+	rs := admitted(t, s.check(t, o.key), "within_limit")
 	c.waitStreaming(pg2)
 	c.stop(pg1, "fast")
+	s.respond(t, rs, "application/json", testio.Chunks(openAIJSON("chatcmpl-rs", 1_000_000, 0, 0), 2)) // 150,000
+	waitFor(t, 10*time.Second, "the settlement of the start before the tail", func() bool { return s.status(t, o).Buckets[0].UsedMicroUsd == 450_000 })
 	inFlight := admitted(t, s.check(t, o.key), "within_limit")
 	r1 := admitted(t, s.check(t, o.key), "within_limit")
 	s.respond(t, r1, "application/json", testio.Chunks(openAIJSON("chatcmpl-r1", 6_000_000, 0, 0), 2)) // 900,000
-	waitFor(t, 10*time.Second, "the settlement in the tail", func() bool { return s.status(t, o).Buckets[0].UsedMicroUsd == 1_200_000 })
+	waitFor(t, 10*time.Second, "the settlement in the tail", func() bool { return s.status(t, o).Buckets[0].UsedMicroUsd == 1_350_000 })
 	waitFor(t, 10*time.Second, "the member blocked by the tail's spend", func() bool {
 		out, _ := classify(s.check(t, o.key), nil)
 		return out == outBlocked
@@ -299,10 +303,20 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="no_snapshot"`) >= 1 &&
 			s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, r1).Scan(&n) == nil && n == 1
 	})
-	// The spend the promoted database has: 300,000 before the tail, 300,000 after.
+	// rs's receipt was in the tail, its start was not: sent again, it is charged on the
+	// promoted database (before 2026-12-04 it stayed pending, its 150,000 gone).
+	waitFor(t, 30*time.Second, "the settlement whose receipt was in the tail to be charged again", func() bool {
+		var cost int64
+		return s.db.Pool.QueryRow(ctx, `SELECT cost_micro_usd FROM usage_receipts WHERE request_id = $1`, rs).Scan(&cost) == nil && cost == 150_000
+	})
+	if n := s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="settled"`); n != 1 {
+		t.Errorf("%v settlements sent again were charged, want rs's alone", n)
+	}
+	// The spend the promoted database has: 300,000 before the tail, rs's 150,000 sent
+	// again, 300,000 after.
 	waitFor(t, 10*time.Second, "the settlement after the lost tail", func() bool {
 		st := s.status(t, o)
-		return st.Buckets[0].UsedMicroUsd == 600_000 && st.State == "within_limit"
+		return st.Buckets[0].UsedMicroUsd == 750_000 && st.State == "within_limit"
 	})
 	t.Logf("immediate crash with a lost tail: the enforcer admitted on the promoted database's spend %s after the promotion", recovered.Round(time.Millisecond))
 
