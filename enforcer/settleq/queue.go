@@ -51,8 +51,8 @@ type Config struct {
 	// from memory.
 	Linger time.Duration
 	// ResendWindow is how long a settlement the control plane answered is kept, to be
-	// sent again by SendAnsweredAgain; negative keeps none. At most Capacity are kept, marshaled
-	// (about 270 bytes each: BenchmarkKeepAnswered).
+	// sent again by SendAnsweredAgain; negative keeps none. At most Capacity are kept,
+	// marshaled (about 270 bytes each: BenchmarkKeepAnswered).
 	ResendWindow time.Duration
 }
 
@@ -168,7 +168,7 @@ type Queue struct {
 // answeredItem is a settlement the control plane answered, kept for SendAnsweredAgain.
 type answeredItem struct {
 	at   time.Time // first answered
-	item []byte    // marshaled: a third of the decoded message's memory
+	item []byte    // marshaled: one allocation, no pointers for the collector to follow
 }
 
 type entry struct {
