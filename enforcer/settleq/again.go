@@ -56,10 +56,11 @@ func (q *Queue) forgetAnsweredLocked(now time.Time) {
 
 // SendAnsweredAgain queues again every settlement answered in the last ResendWindow
 // (the package's comment above keepAnswered says why), and returns how many. Call it
-// when the mirror was rebuilt under a new generation. They are sent with the queue's
-// other work, outside its capacity (the window's bound is theirs), never spooled, and
-// dropped quietly when the process stops first: each was answered once. Their answers
-// are counted by tollgate_enforcer_settle_sent_again_total, not with the first ones.
+// when the mirror was rebuilt under a new generation. They are sent when no other
+// settlement is due (a window of them must not delay the live ones), outside the
+// queue's capacity (the window's bound is theirs), never spooled, and dropped quietly
+// when the process stops first: each was answered once. Their answers are counted by
+// tollgate_enforcer_settle_sent_again_total, not with the first ones.
 func (q *Queue) SendAnsweredAgain() int {
 	now := time.Now()
 	q.mu.Lock()
@@ -89,7 +90,7 @@ func (q *Queue) SendAnsweredAgain() int {
 		return 0
 	}
 	for _, e := range entries {
-		q.ready = append(q.ready, e)
+		q.again = append(q.again, e)
 		q.linkLocked(e)
 		q.replayed++
 	}

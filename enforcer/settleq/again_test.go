@@ -2,6 +2,7 @@ package settleq_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -250,5 +251,62 @@ func BenchmarkKeepAnswered(b *testing.B) {
 			}
 			b.ReportMetric(float64(proto.Size(c.item)), "marshaled-bytes")
 		})
+	}
+}
+
+// held is a ledger whose first Settle call waits until release is closed.
+type held struct {
+	*ledger
+	started chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *held) Settle(ctx context.Context, in *internalv1.SettleRequest, opts ...grpc.CallOption) (*internalv1.SettleResponse, error) {
+	first := false
+	h.once.Do(func() { first = true })
+	if first {
+		close(h.started)
+		<-h.release
+	}
+	return h.ledger.Settle(ctx, in, opts...)
+}
+
+// A window of settlements sent again does not hold up a live one: a settlement due
+// while the first batch of them is out goes in the very next call. (With a linger, a
+// live one waits for its linger as before, and batches sent again fill that wait.)
+func TestSettlementsSentAgainGoAfterTheLiveOnes(t *testing.T) {
+	l := newLedger()
+	cfg := fastConfig() // MaxBatch 8, one worker
+	cfg.Linger = -1     // due at once
+	q := settleq.New(l, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	var ids []string
+	for i := range 3 * cfg.MaxBatch {
+		ids = append(ids, fmt.Sprintf("req_%02d", i))
+	}
+	settleAll(t, q, 1, ids...)
+	h := &held{ledger: l, started: make(chan struct{}), release: make(chan struct{})}
+	q2 := settleq.New(h, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	for _, id := range ids {
+		q2.KeepAnswered(&internalv1.SettleItem{RequestId: id, MemberId: "om_a"})
+	}
+	go q2.Run(ctx)
+	if n := q2.SendAnsweredAgain(); n != len(ids) {
+		t.Fatalf("sent again %d, want %d", n, len(ids))
+	}
+	<-h.started // the first batch sent again is out
+	cost := int64(1)
+	if err := q2.Enqueue(&internalv1.SettleItem{RequestId: "req_live", MemberId: "om_a", UpstreamCostMicroUsd: &cost, Complete: true}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	waitIdle(t, q2)
+	sent, _ := l.state()
+	after := sent[len(ids):] // what q2 sent
+	if i := slices.Index(after, "req_live"); i != cfg.MaxBatch {
+		t.Fatalf("the live settlement went %dth of %d calls' items (%v), want right after the first batch sent again (%d)", i, len(after), after, cfg.MaxBatch)
 	}
 }

@@ -138,6 +138,7 @@ type Queue struct {
 
 	mu       sync.Mutex
 	ready    []*entry // FIFO of entries due now
+	again    []*entry // FIFO of entries sent again (SendAnsweredAgain) due now: after ready's
 	delayed  []*entry // entries waiting for their retry time
 	inflight int      // entries taken by workers
 	reserved int
@@ -262,7 +263,7 @@ func (r *Reservation) Release() {
 	r.q.mu.Unlock()
 }
 
-func (q *Queue) lenLocked() int { return len(q.ready) + len(q.delayed) + q.inflight }
+func (q *Queue) lenLocked() int { return len(q.ready) + len(q.delayed) + len(q.again) + q.inflight }
 
 // Enqueue queues a settlement. With a reservation (unused) it is always accepted, even
 // while stopping (the drain still tries to send it). Without one it takes free capacity
@@ -419,7 +420,11 @@ func (q *Queue) take(force bool) ([]*entry, time.Duration) {
 	keep := q.delayed[:0]
 	for _, e := range q.delayed {
 		if force || !e.next.After(now) {
-			q.ready = append(q.ready, e)
+			if e.again {
+				q.again = append(q.again, e)
+			} else {
+				q.ready = append(q.ready, e)
+			}
 		} else {
 			keep = append(keep, e)
 			if d := e.next.Sub(now); d < wait {
@@ -429,31 +434,45 @@ func (q *Queue) take(force bool) ([]*entry, time.Duration) {
 	}
 	clear(q.delayed[len(keep):])
 	q.delayed = keep
-	if len(q.ready) == 0 {
-		return nil, wait
-	}
-	if !force && len(q.ready) < q.cfg.MaxBatch && !slices.ContainsFunc(q.ready, func(e *entry) bool { return e.urgent }) {
-		if d := q.ready[0].queued.Add(q.cfg.Linger).Sub(now); d > 0 {
-			return nil, min(wait, d)
+	if len(q.ready) > 0 {
+		lingering := time.Duration(0)
+		if !force && len(q.ready) < q.cfg.MaxBatch && !slices.ContainsFunc(q.ready, func(e *entry) bool { return e.urgent }) {
+			lingering = q.ready[0].queued.Add(q.cfg.Linger).Sub(now)
 		}
+		if lingering <= 0 {
+			return q.cutLocked(&q.ready), 0
+		}
+		wait = min(wait, lingering)
 	}
-	n := min(len(q.ready), q.cfg.MaxBatch)
-	if q.ready[0].solo {
+	// Settlements sent again go only when nothing else is due: after a rebuild there
+	// can be a whole window of them, and the live ones must not queue behind it.
+	if len(q.again) > 0 {
+		return q.cutLocked(&q.again), 0
+	}
+	return nil, wait
+}
+
+// cutLocked takes the next batch off the front of list: up to MaxBatch entries, or a
+// solo one alone.
+func (q *Queue) cutLocked(list *[]*entry) []*entry {
+	l := *list
+	n := min(len(l), q.cfg.MaxBatch)
+	if l[0].solo {
 		n = 1
 	} else {
 		for i := 1; i < n; i++ {
-			if q.ready[i].solo {
+			if l[i].solo {
 				n = i
 				break
 			}
 		}
 	}
 	batch := make([]*entry, n)
-	copy(batch, q.ready[:n])
-	clear(q.ready[:n])
-	q.ready = q.ready[n:]
+	copy(batch, l[:n])
+	clear(l[:n])
+	*list = l[n:]
 	q.inflight += n
-	return batch, 0
+	return batch
 }
 
 func (q *Queue) send(ctx context.Context, batch []*entry) {
@@ -688,8 +707,8 @@ func (q *Queue) Drain(ctx context.Context) {
 	kept, abandoned := 0, 0
 	for {
 		q.mu.Lock()
-		left := append(q.ready, q.delayed...)
-		q.ready, q.delayed = nil, nil
+		left := slices.Concat(q.ready, q.delayed, q.again)
+		q.ready, q.delayed, q.again = nil, nil, nil
 		for _, e := range left {
 			if e.ref.Spooled() {
 				// Not lost: the next start sends it again.
