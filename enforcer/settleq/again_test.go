@@ -159,7 +159,7 @@ func TestAnsweredSettlementsAreKeptForTheWindowOnly(t *testing.T) {
 		return q, reg
 	}
 	cfg := fastConfig()
-	cfg.ResendWindow = 300 * time.Millisecond
+	cfg.ResendWindow = time.Second // req_new must be sent again within it, however loaded the machine
 	q, _ := run(cfg)
 	settleAll(t, q, 1, "req_old1", "req_old2")
 	time.Sleep(cfg.ResendWindow + 100*time.Millisecond) // past the window: the two are forgotten
