@@ -363,6 +363,17 @@ func flushedMirrorNeverAdmitsOnInventedZero(t *testing.T, s *stack) {
 	if got := s.metric(t, "tollgate_enforcer_decisions_total", `decision="admitted"`); got != 1 {
 		t.Fatalf("%v admissions, want only the first request's", got)
 	}
+	// The rebuild makes the enforcer send its recent settlements again (docs/enforcer.md,
+	// "Sent again after a rebuild"): Postgres still has them, so each is answered
+	// duplicate, and the spend below is the same.
+	waitFor(t, 10*time.Second, "the settlements sent again after the rebuild", func() bool {
+		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="duplicate"`) >= 1
+	})
+	for _, outcome := range []string{"settled", "promoted", "no_snapshot", "unanswered"} {
+		if n := s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="`+outcome+`"`); n != 0 {
+			t.Errorf("%v settlements sent again after Redis lost its data were answered %s, want every one duplicate", n, outcome)
+		}
+	}
 	s.expectStatus(t, o, "after the flush", expected{state: "blocked", used: used, pending: 0, lastSettled: reqID, canRequestReset: true})
 }
 
