@@ -212,15 +212,7 @@ func BenchmarkSettleAgain(b *testing.B) {
 	}
 	runConcurrent(b, 2, (b.N+255)/256, b.N, func(call int) error {
 		res, err := be.e.Client.Settle(ctx, settle(call*256))
-		if err != nil {
-			return err
-		}
-		for _, r := range res.Results {
-			if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE {
-				return fmt.Errorf("sent again: %v, want duplicate", r)
-			}
-		}
-		return nil
+		return settlesAre(internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, res, err)
 	})
 }
 
@@ -237,12 +229,17 @@ func checkStarts(res *internalv1.StartResponse, err error) error {
 }
 
 func checkSettles(res *internalv1.SettleResponse, err error) error {
+	return settlesAre(internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED, res, err)
+}
+
+// settlesAre fails unless the call succeeded and every result has outcome want.
+func settlesAre(want internalv1.SettleOutcome, res *internalv1.SettleResponse, err error) error {
 	if err != nil {
 		return err
 	}
 	for _, r := range res.Results {
-		if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-			return fmt.Errorf("settle %v", r)
+		if r.Outcome != want {
+			return fmt.Errorf("settle %v, want %v", r, want)
 		}
 	}
 	return nil
