@@ -33,7 +33,7 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 func TestDefaultConfig(t *testing.T) {
 	c := app.DefaultConfig()
 	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" ||
-		c.SettleLinger != 50*time.Millisecond || c.ShutdownDelay != 5*time.Second || c.CheckTimeout != 800*time.Millisecond {
+		c.SettleLinger != 50*time.Millisecond || c.SettleResendWindow != 2*time.Minute || c.ShutdownDelay != 5*time.Second || c.CheckTimeout != 800*time.Millisecond {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -54,6 +54,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_DEFERRED_BILLING_ALLOW":          "videos, holidays",
 		"TOLLGATE_SHUTDOWN_DELAY":                  "-1s",
 		"TOLLGATE_ENFORCER_CHECK_TIMEOUT":          "5ms",
+		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW":   "2h",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -62,7 +63,8 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_START_DEADLINE", "TOLLGATE_ENFORCER_START_CAPACITY", "TOLLGATE_ENFORCER_SETTLE_CAPACITY",
 		"TOLLGATE_ENFORCER_SETTLE_LINGER", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
 		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`,
-		"TOLLGATE_SHUTDOWN_DELAY: must not be negative", "TOLLGATE_ENFORCER_CHECK_TIMEOUT"} {
+		"TOLLGATE_SHUTDOWN_DELAY: must not be negative", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",
+		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -90,7 +92,8 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER",
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
 		"-deferred-billing", "TOLLGATE_DEFERRED_BILLING", "-deferred-billing-allow", "TOLLGATE_DEFERRED_BILLING_ALLOW",
-		"-shutdown-delay", "TOLLGATE_SHUTDOWN_DELAY", "-check-timeout", "TOLLGATE_ENFORCER_CHECK_TIMEOUT"} {
+		"-shutdown-delay", "TOLLGATE_SHUTDOWN_DELAY", "-check-timeout", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",
+		"-settle-resend-window", "TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %s", want)
 		}
