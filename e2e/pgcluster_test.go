@@ -259,17 +259,10 @@ func (c *pgCluster) fence(n *pgNode) {
 	c.sql(n, `ALTER SYSTEM SET default_transaction_read_only = on`, `SELECT pg_reload_conf()`)
 	ctx := context.Background()
 	var since time.Time
-	// A new session is forked from the postmaster, which signals every session only once
-	// it has read the files: a new session that has the setting comes after the signals.
 	waitFor(c.t, 30*time.Second, n.name+"'s new sessions to be read-only", func() bool {
-		conn, err := pgx.Connect(ctx, c.nodeURL(n, "postgres"))
-		if err != nil {
-			return false
-		}
-		defer conn.Close(ctx)
-		var on string
-		err = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_read_only'), clock_timestamp()`).Scan(&on, &since)
-		return err == nil && on == "on"
+		var ok bool
+		since, ok = c.newSessionsReadOnly(n)
+		return ok
 	})
 	conn, err := pgx.Connect(ctx, c.nodeURL(n, "postgres"))
 	if err != nil {
@@ -282,4 +275,21 @@ func (c *pgCluster) fence(n *pgNode) {
 			WHERE backend_type = 'client backend' AND xact_start < $1`, since).Scan(&open)
 		return err == nil && open == 0
 	})
+}
+
+// newSessionsReadOnly reports whether a session opened on n now begins its transactions
+// read-only, and the server's time then. A new session is forked from the postmaster,
+// which signals every session only once it has read the files: a new session that has
+// the setting comes after the signals.
+func (c *pgCluster) newSessionsReadOnly(n *pgNode) (time.Time, bool) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.nodeURL(n, "postgres"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer conn.Close(ctx)
+	var on string
+	var at time.Time
+	err = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_read_only'), clock_timestamp()`).Scan(&on, &at)
+	return at, err == nil && on == "on"
 }

@@ -367,14 +367,7 @@ func TestFenceOutlastsTheTransactionsBegunBeforeIt(t *testing.T) {
 	committed := make(chan error, 1)
 	go func() {
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			conn, err := pgx.Connect(ctx, c.nodeURL(pg1, "postgres"))
-			if err != nil {
-				continue
-			}
-			var on string
-			err = conn.QueryRow(ctx, `SHOW default_transaction_read_only`).Scan(&on)
-			conn.Close(ctx)
-			if err == nil && on == "on" {
+			if _, ok := c.newSessionsReadOnly(pg1); ok {
 				break
 			}
 		}
@@ -385,13 +378,15 @@ func TestFenceOutlastsTheTransactionsBegunBeforeIt(t *testing.T) {
 		committed <- err
 	}()
 	c.fence(pg1)
-	select {
-	case err := <-committed:
-		if err != nil {
-			t.Fatalf("a transaction begun before the fence could not write after it: %v", err)
-		}
-	default:
-		t.Fatal("the fence returned while a transaction begun before it was still open")
+	// Asked of the server, not of the goroutine, which may not have reported its commit
+	// yet: the writer's transaction must have ended before the fence returned.
+	var open bool
+	if err := connect(pg1).QueryRow(ctx, `SELECT xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = $1`,
+		writer.PgConn().PID()).Scan(&open); err != nil || open {
+		t.Fatalf("the fence returned while a transaction begun before it was still open (%v)", err)
+	}
+	if err := <-committed; err != nil {
+		t.Fatalf("a transaction begun before the fence could not write after it: %v", err)
 	}
 	// The same session, kept, is refused its next write.
 	var pgErr *pgconn.PgError

@@ -231,16 +231,16 @@ func New(d Deps) *Enforcer {
 	tlsConfig, _ := cfg.ControlPlaneTLS.Config()
 	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{TLS: tlsConfig}, log)
 	cp := e.ControlPlane
-	linger := cfg.SettleLinger
-	if linger == 0 {
-		linger = -1 // settleq: a zero field takes the default; negative sends at once
+	// settleq takes a zero field for its default and a negative one for none (send at
+	// once, keep nothing); here 0 means none.
+	zeroIsNone := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return -1
+		}
+		return d
 	}
-	resendWindow := cfg.SettleResendWindow
-	if resendWindow == 0 {
-		resendWindow = -1 // settleq: a zero field takes the default; negative keeps none
-	}
-	e.Settle = settleq.New(cp, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: linger,
-		ResendWindow: resendWindow}, m, log)
+	e.Settle = settleq.New(cp, settleq.Config{Capacity: cfg.SettleCapacity, Workers: d.SettleWorkers, Linger: zeroIsNone(cfg.SettleLinger),
+		ResendWindow: zeroIsNone(cfg.SettleResendWindow)}, m, log)
 	if d.Spool != nil {
 		e.Settle.UseSpool(d.Spool, d.SpoolPending)
 	}

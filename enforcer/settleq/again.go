@@ -20,11 +20,13 @@ import (
 // too is quarantined for review (no_snapshot) instead of vanishing without a word.
 // Before 2026-12-04 a lost tail's settlements were simply gone, as a restore's are.
 
-// keepAnswered keeps e, just answered, for SendAnsweredAgain: from when it was first
-// answered, so that rebuilds in a row do not keep it past the window.
-func (q *Queue) keepAnswered(e *entry, now time.Time) {
-	if q.cfg.ResendWindow <= 0 {
-		return
+// answeredFor is e, just answered r, as kept for SendAnsweredAgain (marshaled here,
+// outside the queue's lock; leave keeps it), or none (nil item): no window, or an answer that a
+// second sending could not change (invalid). It counts from when e was first answered,
+// so that rebuilds in a row do not keep it past the window.
+func (q *Queue) answeredFor(e *entry, r Result, now time.Time) answeredItem {
+	if q.cfg.ResendWindow <= 0 || r.Outcome == internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
+		return answeredItem{}
 	}
 	at := now
 	if e.again {
@@ -32,11 +34,14 @@ func (q *Queue) keepAnswered(e *entry, now time.Time) {
 	}
 	b, err := proto.Marshal(e.item)
 	if err != nil {
-		return // not a settlement that could have been sent
+		return answeredItem{} // not a settlement that could have been sent
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.answered = append(q.answered, answeredItem{at: at, item: b})
+	return answeredItem{at: at, item: b}
+}
+
+// keepLocked keeps a, then forgets what the window and the capacity no longer hold.
+func (q *Queue) keepLocked(a answeredItem, now time.Time) {
+	q.answered = append(q.answered, a)
 	q.forgetAnsweredLocked(now)
 }
 
@@ -55,7 +60,7 @@ func (q *Queue) forgetAnsweredLocked(now time.Time) {
 }
 
 // SendAnsweredAgain queues again every settlement answered in the last ResendWindow
-// (the package's comment above keepAnswered says why), and returns how many. Call it
+// (the package's comment above answeredFor says why), and returns how many. Call it
 // when the mirror was rebuilt under a new generation. They are sent when no other
 // settlement is due (a window of them must not delay the live ones), outside the
 // queue's capacity (the window's bound is theirs), never spooled, and dropped quietly
@@ -80,7 +85,7 @@ func (q *Queue) SendAnsweredAgain() int {
 	for _, a := range kept {
 		item := new(internalv1.SettleItem)
 		if proto.Unmarshal(a.item, item) != nil {
-			continue // cannot happen: keepAnswered marshaled it
+			continue // cannot happen: answeredFor marshaled it
 		}
 		entries = append(entries, &entry{item: item, queued: now, next: now, again: true, replayed: true, answered: a.at})
 	}
@@ -102,8 +107,9 @@ func (q *Queue) SendAnsweredAgain() int {
 	return len(entries)
 }
 
-// finishAgain counts and logs the answer to a settlement sent again, then takes it out.
-func (q *Queue) finishAgain(e *entry, outcome string, r Result) {
+// finishAgain counts and logs the answer to a settlement sent again, then takes it out
+// (keeping it again, as kept).
+func (q *Queue) finishAgain(e *entry, outcome string, r Result, kept answeredItem) {
 	q.m.SettleSentAgain.WithLabelValues(outcome).Inc()
 	switch r.Outcome {
 	case internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED:
@@ -115,7 +121,7 @@ func (q *Queue) finishAgain(e *entry, outcome string, r Result) {
 		q.log.Warn("a settlement sent again after the mirror's rebuild was refused", "request_id", e.item.GetRequestId(),
 			"outcome", outcome, "message", r.Message, "first_answered", e.answered)
 	}
-	q.leave(e)
+	q.leave(e, kept)
 }
 
 // dropAgain takes out a settlement sent again that was not answered (the process is
@@ -123,5 +129,5 @@ func (q *Queue) finishAgain(e *entry, outcome string, r Result) {
 // counted, not logged as lost.
 func (q *Queue) dropAgain(e *entry) {
 	q.m.SettleSentAgain.WithLabelValues("unanswered").Inc()
-	q.leave(e)
+	q.leave(e, answeredItem{})
 }

@@ -109,11 +109,7 @@ func TestAnsweredSettlementsAreSentAgainAfterARebuild(t *testing.T) {
 	l := newLedger()
 	reg := prometheus.NewRegistry()
 	logs := &logBuf{}
-	q := settleq.New(l, fastConfig(), metrics.New(reg), slog.New(slog.NewTextHandler(logs, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go q.Run(ctx)
-
+	q := runningWith(t, l, fastConfig(), metrics.New(reg), slog.New(slog.NewTextHandler(logs, nil)))
 	settleAll(t, q, 100, "req_a", "req_b", "req_c", "bad")
 	if got := enforcertest.Value(reg, "tollgate_enforcer_settle_answered_kept"); got != 3 {
 		t.Fatalf("%v settlements kept, want the 3 answered (an invalid one is not)", got)
@@ -152,11 +148,7 @@ func TestAnsweredSettlementsAreSentAgainAfterARebuild(t *testing.T) {
 func TestAnsweredSettlementsAreKeptForTheWindowOnly(t *testing.T) {
 	run := func(cfg settleq.Config) (*settleq.Queue, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
-		q := settleq.New(newLedger(), cfg, metrics.New(reg), slog.New(slog.DiscardHandler))
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		go q.Run(ctx)
-		return q, reg
+		return runningWith(t, newLedger(), cfg, metrics.New(reg), slog.New(slog.DiscardHandler)), reg
 	}
 	cfg := fastConfig()
 	cfg.ResendWindow = time.Second // req_new must be sent again within it, however loaded the machine
@@ -279,33 +271,26 @@ func TestSettlementsSentAgainGoAfterTheLiveOnes(t *testing.T) {
 	l := newLedger()
 	cfg := fastConfig() // MaxBatch 8, one worker
 	cfg.Linger = -1     // due at once
-	q := settleq.New(l, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go q.Run(ctx)
 	var ids []string
 	for i := range 3 * cfg.MaxBatch {
 		ids = append(ids, fmt.Sprintf("req_%02d", i))
 	}
-	settleAll(t, q, 1, ids...)
 	h := &held{ledger: l, started: make(chan struct{}), release: make(chan struct{})}
-	q2 := settleq.New(h, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	q := runningWith(t, h, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
 	for _, id := range ids {
-		q2.KeepAnswered(&internalv1.SettleItem{RequestId: id, MemberId: "om_a"})
+		q.KeepAnswered(&internalv1.SettleItem{RequestId: id, MemberId: "om_a"})
 	}
-	go q2.Run(ctx)
-	if n := q2.SendAnsweredAgain(); n != len(ids) {
+	if n := q.SendAnsweredAgain(); n != len(ids) {
 		t.Fatalf("sent again %d, want %d", n, len(ids))
 	}
 	<-h.started // the first batch sent again is out
 	cost := int64(1)
-	if err := q2.Enqueue(&internalv1.SettleItem{RequestId: "req_live", MemberId: "om_a", UpstreamCostMicroUsd: &cost, Complete: true}, nil, nil); err != nil {
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_live", MemberId: "om_a", UpstreamCostMicroUsd: &cost, Complete: true}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	close(h.release)
-	waitIdle(t, q2)
-	sent, _ := l.state()
-	after := sent[len(ids):] // what q2 sent
+	waitIdle(t, q)
+	after, _ := l.state()
 	if i := slices.Index(after, "req_live"); i != cfg.MaxBatch {
 		t.Fatalf("the live settlement went %dth of %d calls' items (%v), want right after the first batch sent again (%d)", i, len(after), after, cfg.MaxBatch)
 	}

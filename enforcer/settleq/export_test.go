@@ -11,5 +11,9 @@ func (q *Queue) Signalled() int64 { return q.signalled.Load() }
 
 // KeepAnswered keeps item as if the control plane had just answered it.
 func (q *Queue) KeepAnswered(item *internalv1.SettleItem) {
-	q.keepAnswered(&entry{item: item}, time.Now())
+	now := time.Now()
+	kept := q.answeredFor(&entry{item: item}, Result{}, now)
+	q.mu.Lock()
+	q.keepLocked(kept, now)
+	q.mu.Unlock()
 }

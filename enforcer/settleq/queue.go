@@ -561,14 +561,12 @@ func (q *Queue) backoff(attempts int) time.Duration {
 
 func (q *Queue) finish(e *entry, r Result, now time.Time) {
 	q.spool.Ack(e.ref)
-	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID {
-		q.keepAnswered(e, now)
-	}
+	kept := q.answeredFor(e, r, now)
 	// Counted before the entry leaves the queue: whoever sees the queue empty
 	// (WaitIdle) reads every outcome counted.
 	outcome := outcomeLabel(r.Outcome)
 	if e.again {
-		q.finishAgain(e, outcome, r)
+		q.finishAgain(e, outcome, r, kept)
 		return
 	}
 	q.m.Settlements.WithLabelValues(outcome).Inc()
@@ -582,16 +580,20 @@ func (q *Queue) finish(e *entry, r Result, now time.Time) {
 		q.log.Warn("settlement refused by the control plane", "request_id", e.item.GetRequestId(),
 			"outcome", outcome, "message", r.Message)
 	}
-	q.leave(e)
+	q.leave(e, kept)
 	if e.done != nil {
 		e.done(r)
 	}
 }
 
 // leave takes a finished or abandoned entry, its outcome counted, out of the queue, and
-// wakes WaitIdle when it was the last.
-func (q *Queue) leave(e *entry) {
+// wakes WaitIdle when it was the last. kept, unless its item is nil, is the entry as
+// kept for SendAnsweredAgain: under the same lock, one taking per settlement.
+func (q *Queue) leave(e *entry, kept answeredItem) {
 	q.mu.Lock()
+	if kept.item != nil {
+		q.keepLocked(kept, time.Now())
+	}
 	q.inflight--
 	q.doneLocked(e)
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
@@ -612,7 +614,7 @@ func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	q.spool.Ack(e.ref) // given up on purpose: a restart must not try again
 	// Counted before it leaves the queue, as in finish.
 	q.m.Settlements.WithLabelValues("abandoned").Inc()
-	q.leave(e)
+	q.leave(e, answeredItem{})
 	if !log {
 		if e.done != nil {
 			e.done(Result{Err: ErrAbandoned})

@@ -225,7 +225,12 @@ func TestSettleGivesUpAfterMaxAge(t *testing.T) {
 
 // running is a queue over s with cfg, its workers running until the test ends.
 func running(t *testing.T, s *scripted, cfg settleq.Config) *settleq.Queue {
-	q := settleq.New(s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	return runningWith(t, s, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+}
+
+// runningWith is running over any Settler, with the metrics and log given.
+func runningWith(t *testing.T, s settleq.Settler, cfg settleq.Config, m *metrics.Metrics, log *slog.Logger) *settleq.Queue {
+	q := settleq.New(s, cfg, m, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go q.Run(ctx)
