@@ -271,54 +271,49 @@ func TestPostgresFailoverToAPromotedReplica(t *testing.T) {
 	waitFor(t, 30*time.Second, "the control plane to notice the second promotion", func() bool {
 		return strings.Count(s.cpLogs.String(), "mirror: Postgres was replaced") >= 1 && s.ready()
 	})
-	// The tail is gone: the status and the enforcer say 300,000, within the limit.
-	var after string
-	waitFor(t, 30*time.Second, "the enforcer to admit as the promoted database says", func() bool {
-		var out outcome
-		out, after = classify(s.check(t, o.key), nil)
-		return out == outAdmitted
+	// The tail's receipts are gone, but not its settlements: the enforcer sends again
+	// what it settled in the window once it sees the rebuild. rs's start had replicated,
+	// so it is charged as it was; r1's start was in the tail too, and its settlement
+	// carries the start's snapshot, so it is charged to the windows of its admission
+	// (until 2026-12-04 it was quarantined for review, and before that gone).
+	waitFor(t, 30*time.Second, "the tail's settlements to be sent again and charged", func() bool {
+		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="settled"`) >= 2
 	})
 	recovered := time.Since(promotedAt)
-	s.respond(t, after, "application/json", testio.Chunks(openAIJSON("chatcmpl-after", 2_000_000, 0, 0), 2)) // 300,000
-	// The request in flight across the crash: its start was in the tail, so its
-	// settlement is quarantined (no_snapshot), not charged and not lost.
-	s.respond(t, inFlight, "application/json", testio.Chunks(openAIJSON("chatcmpl-if", 1_000_000, 0, 0), 2)) // 150,000
-	waitFor(t, 30*time.Second, "the in-flight request's settlement to be quarantined", func() bool {
-		return s.metric(t, "tollgate_enforcer_settlements_total", `outcome="no_snapshot"`) == 1
-	})
 	// The test's own pool may still hold a connection to the crashed primary: the first
 	// use of one ends "unexpected EOF", and the pool drops it.
-	var quarantined int
-	waitFor(t, 10*time.Second, "a read of the quarantine", func() bool {
-		return s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, inFlight).Scan(&quarantined) == nil
+	waitFor(t, 10*time.Second, "a read of the promoted database", func() bool {
+		var one int
+		return s.db.Pool.QueryRow(ctx, `SELECT 1`).Scan(&one) == nil
 	})
-	if quarantined != 1 {
-		t.Errorf("the in-flight request has %d quarantined settlements, want 1", quarantined)
-	}
-	// r1's settlement, answered by the crashed primary alone, is sent again once the
-	// enforcer sees the rebuild: its start was in the tail too, so it is quarantined for
-	// review, not charged and not gone.
-	waitFor(t, 30*time.Second, "the tail's settlement to be sent again and quarantined", func() bool {
-		var n int
-		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="no_snapshot"`) >= 1 &&
-			s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, r1).Scan(&n) == nil && n == 1
-	})
-	// rs's receipt was in the tail, its start was not: sent again, it is charged on the
-	// promoted database (before 2026-12-04 it stayed pending, its 150,000 gone).
-	waitFor(t, 30*time.Second, "the settlement whose receipt was in the tail to be charged again", func() bool {
+	for id, want := range map[string]int64{rs: 150_000, r1: 900_000} {
 		var cost int64
-		return s.db.Pool.QueryRow(ctx, `SELECT cost_micro_usd FROM usage_receipts WHERE request_id = $1`, rs).Scan(&cost) == nil && cost == 150_000
-	})
-	if n := s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="settled"`); n != 1 {
-		t.Errorf("%v settlements sent again were charged, want rs's alone", n)
+		if err := s.db.Pool.QueryRow(ctx, `SELECT cost_micro_usd FROM usage_receipts WHERE request_id = $1`, id).Scan(&cost); err != nil || cost != want {
+			t.Errorf("the receipt of %s sent again: %d (%v), want %d", id, cost, err, want)
+		}
 	}
-	// The spend the promoted database has: 300,000 before the tail, rs's 150,000 sent
-	// again, 300,000 after.
-	waitFor(t, 10*time.Second, "the settlement after the lost tail", func() bool {
+	// The request in flight across the crash: its start was in the tail, and its
+	// settlement, sent in the window after the rebuild, carries the start's snapshot.
+	s.respond(t, inFlight, "application/json", testio.Chunks(openAIJSON("chatcmpl-if", 1_000_000, 0, 0), 2)) // 150,000
+	// The spend the promoted database has: 300,000 before the tail, and the tail's
+	// 1,200,000 sent again: the member is refused again, by the status and the enforcer.
+	waitFor(t, 30*time.Second, "the spend of the tail charged again", func() bool {
 		st := s.status(t, o)
-		return st.Buckets[0].UsedMicroUsd == 750_000 && st.State == "within_limit"
+		return st.Buckets[0].UsedMicroUsd == 1_500_000 && st.State == "blocked"
 	})
-	t.Logf("immediate crash with a lost tail: the enforcer admitted on the promoted database's spend %s after the promotion", recovered.Round(time.Millisecond))
+	waitFor(t, 10*time.Second, "the enforcer to refuse on the spend sent again", func() bool {
+		out, _ := classify(s.check(t, o.key), nil)
+		return out == outBlocked
+	})
+	var quarantined int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = ANY($1)`,
+		[]string{rs, r1, inFlight}).Scan(&quarantined); err != nil || quarantined != 0 {
+		t.Errorf("%d of the tail's settlements quarantined (%v), want none", quarantined, err)
+	}
+	if n := s.metric(t, "tollgate_enforcer_settlements_total", `outcome="no_snapshot"`) + s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="no_snapshot"`); n != 0 {
+		t.Errorf("the enforcer saw %v settlements quarantined for want of a start", n)
+	}
+	t.Logf("immediate crash with a lost tail: the tail's settlements charged again %s after the promotion", recovered.Round(time.Millisecond))
 
 	// 4. The primary made read-only in place (default_transaction_read_only, as a
 	// fencing does), its connections kept, and its replica promoted: the control

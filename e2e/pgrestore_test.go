@@ -197,8 +197,9 @@ func runShell(t *testing.T, dir string, env []string, script string) string {
 // gone and the enforcer agrees with the status read without anyone running a resync, an
 // API key made after the backup is refused with 401, and the request in flight across
 // the restore and the settlement after the backup that the enforcer sends again once it
-// sees the rebuild are listed for review (no_snapshot), the first charged once by the
-// documented reconciliation.
+// sees the rebuild are charged from the snapshots of their starts, leaving nothing to
+// review (before 2026-12-04 both were listed for review, no_snapshot, the first charged
+// once by the documented reconciliation).
 func TestRestoringPostgresByTheBook(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -229,7 +230,7 @@ func TestRestoringPostgresByTheBook(t *testing.T) {
 
 	// After the backup: a request admitted (its start durable) that finishes only after
 	// the restore, spend past the limit, and a new API key.
-	admittedAt := time.Now().UTC().Truncate(time.Second)
+	admittedBefore := time.Now().UTC().Truncate(time.Second)
 	inFlight := admitted(t, s.check(t, o.key), "within_limit")
 	r2 := admitted(t, s.check(t, o.key), "within_limit")
 	s.respond(t, r2, "application/json", testio.Chunks(openAIJSON("chatcmpl-2", 6_000_000, 0, 0), 2)) // 900,000
@@ -238,59 +239,58 @@ func TestRestoringPostgresByTheBook(t *testing.T) {
 	blocked(t, s.check(t, newKey))
 
 	out := runShell(t, work, env, blocks[1])
-	// The migrations after 31 applied by the documented `controlplane migrate`.
+	// The migrations after 31 applied by the documented `controlplane migrate`, and the
+	// review list empty: nothing was quarantined (r2, sent again after the rebuild,
+	// carries its start's snapshot: below).
 	applied := fmt.Sprintf("schema at version %d (%d migration(s) applied)", store.LatestVersion(), store.LatestVersion()-31)
-	// The review list is empty, or, when the enforcer already sent again what it had
-	// settled since the backup, holds r2 (below).
-	if !strings.Contains(out, applied) || !strings.Contains(out, "0 record(s)") && !(strings.Contains(out, r2) && strings.Contains(out, "1 record(s)")) {
+	if !strings.Contains(out, applied) || !strings.Contains(out, "0 record(s)") {
 		t.Errorf("the restore's review list:\n%s", out)
 	}
 	waitFor(t, 15*time.Second, "the control plane to notice the restored database", func() bool {
 		return strings.Contains(s.cpLogs.String(), "mirror: Postgres was replaced")
 	})
 
-	// The spend after the backup is gone, and the enforcer agrees with the status read.
-	s.expectStatus(t, o, "after the restore", expected{state: "within_limit", used: 300_000, pending: 0, lastSettled: r1})
-	r3 := admitted(t, s.check(t, o.key), "within_limit")
-	s.respond(t, r3, "application/json", testio.Chunks(openAIJSON("chatcmpl-3", 2_000_000, 0, 0), 2)) // 300,000
-	waitFor(t, 10*time.Second, "the settlement after the restore", func() bool { return s.status(t, o).Windows[0].UsedMicroUsd == 600_000 })
+	// r2, settled after the backup and so lost with it, start and receipt, was answered
+	// within the enforcer's resend window: sent again after the rebuild with its start's
+	// snapshot, it is charged again (before 2026-12-04 it was quarantined for review,
+	// and before that gone). The enforcer then refuses as the status read says.
+	waitFor(t, 15*time.Second, "r2's settlement sent again and charged", func() bool {
+		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="settled"`) >= 1
+	})
+	s.expectStatus(t, o, "after the restore", expected{state: "blocked", used: 1_200_000, pending: 0, lastSettled: r2, canRequestReset: true})
+	waitFor(t, 10*time.Second, "the enforcer to refuse on the spend sent again", func() bool {
+		out, _ := classify(s.check(t, o.key), nil)
+		return out == outBlocked
+	})
 	// The key made after the backup: refused once the identity cache lets it go.
 	waitFor(t, 10*time.Second, "the key made after the backup to be refused", func() bool {
 		return s.check(t, newKey).GetDeniedResponse().GetStatus().GetCode() == 401
 	})
 
-	// r2, settled after the backup and so lost with it, was answered within the enforcer's
-	// resend window: sent again after the rebuild, it is quarantined for review (its start
-	// is gone too), not charged and not gone.
-	waitFor(t, 10*time.Second, "r2's settlement sent again", func() bool {
-		return s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="no_snapshot"`) >= 1 // twice if the rebuild ran twice
-	})
-	// The request in flight across the restore: quarantined, listed, charged once.
+	// The request in flight across the restore: its start is gone too, but its
+	// settlement, sent within the window after the rebuild, carries the start's snapshot
+	// and is charged to the windows of its admission.
 	s.respond(t, inFlight, "application/json", testio.Chunks(openAIJSON("chatcmpl-4", 1_000_000, 0, 0), 2)) // 150,000
 	waitFor(t, 10*time.Second, "the in-flight request's settlement", func() bool {
-		return s.metric(t, "tollgate_enforcer_settlements_total", `outcome="no_snapshot"`) == 1
+		return s.status(t, o).Buckets[0].UsedMicroUsd == 1_350_000
 	})
+	var admittedAt time.Time
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT admitted_at FROM usage_request_starts WHERE request_id = $1`, inFlight).Scan(&admittedAt); err != nil {
+		t.Fatal(err)
+	}
+	if admittedAt.Before(admittedBefore) || admittedAt.After(admittedBefore.Add(time.Minute)) {
+		t.Errorf("the in-flight request was charged as admitted at %s, want its admission (after %s)", admittedAt, admittedBefore)
+	}
+	if n := s.metric(t, "tollgate_enforcer_settlements_total", `outcome="no_snapshot"`); n != 0 {
+		t.Errorf("%v settlements quarantined for want of a start", n)
+	}
 	var list string
 	for _, l := range strings.Split(blocks[1], "\n") {
 		if strings.HasPrefix(l, "tollgate reconcile list") {
 			list = l
 		}
 	}
-	out = runShell(t, work, env, list)
-	if !strings.Contains(out, inFlight) || !strings.Contains(out, r2) || !strings.Contains(out, "no_snapshot") || !strings.Contains(out, "2 record(s)") {
-		t.Fatalf("%s (want the in-flight request and r2):\n%s", list, out)
-	}
-	runShell(t, work, env, "tollgate reconcile charge --request "+inFlight+" --member "+o.member.memberID+" --admitted-at "+
-		admittedAt.Format(time.RFC3339)+" --cost-micro-usd 150000 --reference 'restore of "+db+"' --apply")
-	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 750_000 {
-		t.Fatalf("used %d after the reconciliation, want 750,000", used)
-	}
-	out = runShell(t, work, env, "tollgate reconcile charge --request "+inFlight+" --member "+o.member.memberID+" --admitted-at "+
-		admittedAt.Format(time.RFC3339)+" --cost-micro-usd 150000 --reference again --apply 2>&1 | grep already_reconciled || true")
-	if !strings.Contains(out, "already_reconciled") {
-		t.Fatalf("a second reconciliation:\n%s", out)
-	}
-	if used := s.status(t, o).Windows[0].UsedMicroUsd; used != 750_000 {
-		t.Fatalf("used %d after a second reconciliation, want 750,000", used)
+	if out = runShell(t, work, env, list); !strings.Contains(out, "0 record(s)") {
+		t.Fatalf("%s (want nothing to review):\n%s", list, out)
 	}
 }

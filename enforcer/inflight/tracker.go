@@ -31,7 +31,8 @@ type Request struct {
 	// Snapshot is the admission snapshot. It travels with the settlement only when the
 	// start is not durable (fail-open admission); nil when even that was unknown.
 	// Admitted drops it from a durable request: the control plane stored it with the
-	// start, and it is most of what an unreported request would otherwise cost.
+	// start, and it is most of what an unreported request would otherwise cost (the
+	// settlement reservation keeps it, interned, for after a rebuild: KeepStart).
 	Snapshot *internalv1.Snapshot
 	// Durable: the control plane recorded the start.
 	Durable bool
@@ -352,6 +353,9 @@ func (t *Tracker) SetCapacity(n int) {
 // Admitted records an admitted request.
 func (t *Tracker) Admitted(r *Request) {
 	if r.Durable {
+		// Kept with the reservation, shared and small, for a settlement sent after
+		// Postgres was replaced (settleq.Reservation.KeepStart).
+		r.Reservation.KeepStart(r.Snapshot)
 		r.Snapshot = nil
 	}
 	i := t.shardIndex(r.ID)

@@ -16,9 +16,11 @@ import (
 // enforcer sees within a generation poll. So the queue keeps what it had answered in
 // the last ResendWindow and, told of a rebuild, sends it all again. Settlements are
 // idempotent by request id: one the database still has is answered duplicate and
-// charged nothing twice; one it lost is charged now; one whose durable start was lost
-// too is quarantined for review (no_snapshot) instead of vanishing without a word.
-// Before 2026-12-04 a lost tail's settlements were simply gone, as a restore's are.
+// charged nothing twice; one it lost is charged now, and one whose durable start was
+// lost too is charged from its start's snapshot, which the queue keeps with it
+// (startsnap.go), or else quarantined for review (no_snapshot) instead of vanishing
+// without a word. Before 2026-12-04 a lost tail's settlements were simply gone, as a
+// restore's are.
 
 // answeredFor is e, just answered r, as kept for SendAnsweredAgain (marshaled here,
 // outside the queue's lock; leave keeps it), or none (nil item): no window, or an answer that a
@@ -36,7 +38,11 @@ func (q *Queue) answeredFor(e *entry, r Result, now time.Time) answeredItem {
 	if err != nil {
 		return answeredItem{} // not a settlement that could have been sent
 	}
-	return answeredItem{at: at, item: b}
+	kept := answeredItem{at: at, item: b}
+	if e.attachable() {
+		kept.start = e.start
+	}
+	return kept
 }
 
 // keepLocked keeps a, then forgets what the window and the capacity no longer hold.
@@ -65,7 +71,8 @@ func (q *Queue) forgetAnsweredLocked(now time.Time) {
 // settlement is due (a window of them must not delay the live ones), outside the
 // queue's capacity (the window's bound is theirs), never spooled, and dropped quietly
 // when the process stops first: each was answered once. Their answers are counted by
-// tollgate_enforcer_settle_sent_again_total, not with the first ones.
+// tollgate_enforcer_settle_sent_again_total, not with the first ones. For the next
+// ResendWindow every settlement sent carries its start's snapshot (attachStarts).
 func (q *Queue) SendAnsweredAgain() int {
 	now := time.Now()
 	q.mu.Lock()
@@ -73,6 +80,8 @@ func (q *Queue) SendAnsweredAgain() int {
 		q.mu.Unlock()
 		return 0
 	}
+	// The starts of the settlements still to come may have been lost with the rest.
+	q.attachUntil.Store(now.Add(q.cfg.ResendWindow).UnixNano())
 	q.forgetAnsweredLocked(now)
 	kept := q.answered
 	q.answered = nil
@@ -87,7 +96,7 @@ func (q *Queue) SendAnsweredAgain() int {
 		if proto.Unmarshal(a.item, item) != nil {
 			continue // cannot happen: answeredFor marshaled it
 		}
-		entries = append(entries, &entry{item: item, queued: now, next: now, again: true, replayed: true, answered: a.at})
+		entries = append(entries, &entry{item: item, queued: now, next: now, again: true, replayed: true, answered: a.at, start: a.start})
 	}
 	q.mu.Lock()
 	if q.stopping || q.drained {

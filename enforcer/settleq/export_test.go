@@ -17,3 +17,8 @@ func (q *Queue) KeepAnswered(item *internalv1.SettleItem) {
 	q.keepLocked(kept, now)
 	q.mu.Unlock()
 }
+
+// ShareKeptStart tells whether a and b keep the same interned snapshot (KeepStart).
+func ShareKeptStart(a, b *Reservation) bool {
+	return a.start.kept() && a.start.shared == b.start.shared
+}

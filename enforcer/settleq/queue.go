@@ -164,12 +164,16 @@ type Queue struct {
 	// answered holds the settlements answered in the last ResendWindow, oldest first,
 	// for SendAnsweredAgain (at most Capacity).
 	answered []answeredItem
+	// attachUntil (unix ns) ends the ResendWindow after the last rebuild, in which
+	// every settlement sent carries its start's snapshot (attachStarts).
+	attachUntil atomic.Int64
 }
 
 // answeredItem is a settlement the control plane answered, kept for SendAnsweredAgain.
 type answeredItem struct {
-	at   time.Time // first answered
-	item []byte    // marshaled: one allocation, no pointers for the collector to follow
+	at    time.Time     // first answered
+	item  []byte        // marshaled: one allocation, no pointers for the collector to follow
+	start startSnapshot // its durable start's snapshot, when the item has none
 }
 
 type entry struct {
@@ -193,6 +197,8 @@ type entry struct {
 	// capacity; never spooled); answered is when it was first answered.
 	again    bool
 	answered time.Time
+	// start is the snapshot of the request's durable start (Reservation.KeepStart).
+	start startSnapshot
 }
 
 // New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
@@ -234,8 +240,9 @@ func (q *Queue) usedLocked() int { return q.reserved + q.lenLocked() - q.replaye
 
 // Reservation is one settlement slot held for an admitted request.
 type Reservation struct {
-	q    *Queue
-	used atomic.Bool
+	q     *Queue
+	used  atomic.Bool
+	start startSnapshot // KeepStart's
 }
 
 // Reserve holds a slot for a future settlement, or reports false when the queue has
@@ -294,6 +301,7 @@ func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func
 		return q.afterDrain(e)
 	}
 	if res != nil && res.q == q && res.used.CompareAndSwap(false, true) {
+		e.start = res.start
 		q.reserved--
 		q.m.SettleReserved.Set(float64(q.reserved))
 	} else if q.usedLocked() >= q.cfg.Capacity && e.ref.Spooled() {
@@ -480,9 +488,11 @@ func (q *Queue) send(ctx context.Context, batch []*entry) {
 	for i, e := range batch {
 		req.Items[i] = e.item
 	}
+	attached := q.attachStarts(batch, time.Now())
 	callCtx, cancel := context.WithTimeout(ctx, q.cfg.CallTimeout)
 	resp, err := q.client.Settle(callCtx, req)
 	cancel()
+	detachStarts(attached)
 	now := time.Now()
 	if err != nil {
 		solo := status.Code(err) == codes.InvalidArgument
