@@ -193,25 +193,38 @@ func BenchmarkThroughput(b *testing.B) {
 //
 //	go test -run '^$' -bench 'SettleAgain' -benchtime 20000x ./controlplane/internalapi
 func BenchmarkSettleAgain(b *testing.B) {
+	b.Run("duplicate", func(b *testing.B) { benchSettleAgain(b, false) })
+	// As settleq sends them in the window after a rebuild: each with its start's
+	// admission snapshot (for a start the database may have lost), which a database
+	// that still has the start ignores.
+	b.Run("duplicate-with-snapshot", func(b *testing.B) { benchSettleAgain(b, true) })
+}
+
+func benchSettleAgain(b *testing.B, withSnapshot bool) {
 	be := newBenchEnv(b, 200, 256)
 	prefix := fmt.Sprintf("req_again_%d_", time.Now().UnixNano())
 	item := func(i int) (string, [2]string) { return fmt.Sprintf("%s%d", prefix, i), be.members[i%len(be.members)] }
 	be.startAll(b, b.N, item)
-	settle := func(lo int) *internalv1.SettleRequest {
+	now := be.e.Clock.Now()
+	settle := func(lo int, again bool) *internalv1.SettleRequest {
 		req := &internalv1.SettleRequest{}
 		for i := lo; i < min(b.N, lo+256); i++ {
-			id, _ := item(i)
-			req.Items = append(req.Items, &internalv1.SettleItem{RequestId: id, UpstreamCostMicroUsd: at.Cost(int64(i % 1000)), Complete: true})
+			id, om := item(i)
+			it := &internalv1.SettleItem{RequestId: id, UpstreamCostMicroUsd: at.Cost(int64(i % 1000)), Complete: true}
+			if again && withSnapshot {
+				it.OrganizationId, it.MemberId, it.Snapshot = om[0], om[1], at.StartItem(id, om[0], om[1], now, 0).GetSnapshot()
+			}
+			req.Items = append(req.Items, it)
 		}
 		return req
 	}
 	for lo := 0; lo < b.N; lo += 256 {
-		if err := checkSettles(be.e.Client.Settle(ctx, settle(lo))); err != nil {
+		if err := checkSettles(be.e.Client.Settle(ctx, settle(lo, false))); err != nil {
 			b.Fatal(err)
 		}
 	}
 	runConcurrent(b, 2, (b.N+255)/256, b.N, func(call int) error {
-		res, err := be.e.Client.Settle(ctx, settle(call*256))
+		res, err := be.e.Client.Settle(ctx, settle(call*256, true))
 		return settlesAre(internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE, res, err)
 	})
 }

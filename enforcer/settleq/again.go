@@ -71,8 +71,9 @@ func (q *Queue) forgetAnsweredLocked(now time.Time) {
 // settlement is due (a window of them must not delay the live ones), outside the
 // queue's capacity (the window's bound is theirs), never spooled, and dropped quietly
 // when the process stops first: each was answered once. Their answers are counted by
-// tollgate_enforcer_settle_sent_again_total, not with the first ones. For the next
-// ResendWindow every settlement sent carries its start's snapshot (attachStarts).
+// tollgate_enforcer_settle_sent_again_total, not with the first ones. From now, the
+// settlement of every request admitted before now carries its start's snapshot
+// (attachStarts).
 func (q *Queue) SendAnsweredAgain() int {
 	now := time.Now()
 	q.mu.Lock()
@@ -80,8 +81,8 @@ func (q *Queue) SendAnsweredAgain() int {
 		q.mu.Unlock()
 		return 0
 	}
-	// The starts of the settlements still to come may have been lost with the rest.
-	q.attachUntil.Store(now.Add(q.cfg.ResendWindow).UnixNano())
+	// The starts admitted before now may have been lost with the rest.
+	q.rebuiltAt.Store(now.UnixMilli())
 	q.forgetAnsweredLocked(now)
 	kept := q.answered
 	q.answered = nil

@@ -164,9 +164,9 @@ type Queue struct {
 	// answered holds the settlements answered in the last ResendWindow, oldest first,
 	// for SendAnsweredAgain (at most Capacity).
 	answered []answeredItem
-	// attachUntil (unix ns) ends the ResendWindow after the last rebuild, in which
-	// every settlement sent carries its start's snapshot (attachStarts).
-	attachUntil atomic.Int64
+	// rebuiltAt (unix ms) is when SendAnsweredAgain was last called: the settlements
+	// of requests admitted before it carry their start's snapshot (attachStarts).
+	rebuiltAt atomic.Int64
 }
 
 // answeredItem is a settlement the control plane answered, kept for SendAnsweredAgain.
@@ -488,7 +488,7 @@ func (q *Queue) send(ctx context.Context, batch []*entry) {
 	for i, e := range batch {
 		req.Items[i] = e.item
 	}
-	attached := q.attachStarts(batch, time.Now())
+	attached := q.attachStarts(batch)
 	callCtx, cancel := context.WithTimeout(ctx, q.cfg.CallTimeout)
 	resp, err := q.client.Settle(callCtx, req)
 	cancel()

@@ -15,9 +15,13 @@ import (
 // creates the request's event from it (ledger, "events"). So the queue keeps the
 // snapshot of each durable start with its settlement reservation (Reservation.KeepStart),
 // then with its settlement while the settlement is kept for SendAnsweredAgain, and
-// attaches it to settlements sent again, and to every settlement sent in the
-// ResendWindow after a rebuild (its start may have been in the lost tail too). A
-// database that still has the start ignores the snapshot. Until 2026-12-04 those
+// attaches it to settlements sent again, and to the settlement of every request
+// admitted before the last rebuild (a request in flight at the loss: its start may have
+// been in the lost tail too). A database that still has the start ignores the snapshot.
+// Not every settlement in a window after the rebuild: with a snapshot a duplicate costs
+// the control plane twice as much (an event it tries to create, a quarantine it reads:
+// BenchmarkSettleAgain in controlplane/internalapi), and a start admitted after the
+// enforcer saw the rebuild was recorded by the rebuilt database. Until 2026-12-04 those
 // settlements were quarantined, each waiting for an operator.
 //
 // Kept cheaply: a snapshot's admission instant apart, its fields are what a member's
@@ -100,15 +104,19 @@ func (e *entry) attachable() bool {
 	return e.start.kept() && e.item.GetSnapshot() == nil && !e.item.GetVoided()
 }
 
-// attachStarts gives the settlements of batch that are sent again, and all of them in
-// the ResendWindow after a rebuild, their start's snapshot, and returns those it gave
-// one: send takes it off once the call is answered (detachStarts), so that what is kept
-// stays small.
-func (q *Queue) attachStarts(batch []*entry, now time.Time) []*entry {
-	afterRebuild := now.UnixNano() < q.attachUntil.Load()
+// attachStarts gives the settlements of batch that are sent again, and those of the
+// requests admitted before the last rebuild, their start's snapshot, and returns those
+// it gave one: send takes it off once the call is answered (detachStarts), so that what
+// is kept stays small. The admission instant is the decision's, which a record ahead
+// of this clock can move up to decision.MaxRecordAhead later (rare: a window reset the
+// control plane's clock reached first), hence the second's margin; a start admitted so
+// far ahead is quarantined for review, as every lost start's was before.
+func (q *Queue) attachStarts(batch []*entry) []*entry {
+	rebuilt := q.rebuiltAt.Load()
 	var attached []*entry
 	for _, e := range batch {
-		if (e.again || afterRebuild) && e.attachable() {
+		before := rebuilt > 0 && e.start.admittedAt <= rebuilt+time.Second.Milliseconds()
+		if (e.again || before) && e.attachable() {
 			if s := e.start.snapshot(); s != nil {
 				e.item.Snapshot = s
 				attached = append(attached, e)
