@@ -323,7 +323,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		SettleAnsweredKept: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_settle_answered_kept",
-			Help: "Settlements the control plane answered in the last TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW, kept (about 270 bytes each, at most the settle capacity) to be sent again when the mirror is rebuilt under a new generation: a replaced Postgres may have lost them.",
+			Help: "Settlements the control plane answered in the last TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW, kept (about 300 bytes each, at most the settle capacity) to be sent again when the mirror is rebuilt under a new generation: a replaced Postgres may have lost them.",
 		}),
 		SettleSentAgain: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settle_sent_again_total",

@@ -52,7 +52,7 @@ type Config struct {
 	Linger time.Duration
 	// ResendWindow is how long a settlement the control plane answered is kept, to be
 	// sent again by SendAnsweredAgain; negative keeps none. At most Capacity are kept,
-	// marshaled (about 270 bytes each: BenchmarkKeepAnswered).
+	// marshaled (about 300 bytes each: BenchmarkKeepAnswered).
 	ResendWindow time.Duration
 }
 
