@@ -63,7 +63,8 @@ func (s *stack) pgRestore(t *testing.T, file string) {
 // mirror, and a member over the hard limit by the database was admitted on every check
 // until someone ran `controlplane resync`. The control plane now notices the replaced
 // database by itself (its identity and write-ahead log position, noted in Redis) and
-// rebuilds the mirror as a resync does.
+// rebuilds the mirror as a resync does; the enforcer then sends again what it settled
+// in the last two minutes, which the backup lacked, starts and all.
 func TestRestoredPostgresIsNoticedWithoutAResync(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -92,30 +93,37 @@ func TestRestoredPostgresIsNoticedWithoutAResync(t *testing.T) {
 	})
 
 	s.pgRestore(t, dump)
-	waitFor(t, 20*time.Second, "the status read from the restored database", func() bool {
+	// The restored database lost r2 and the second member's first request, starts and
+	// receipts. The enforcer sends both settlements again once it sees the rebuild, with
+	// their starts' snapshots, and they are charged again (before 2026-12-04 they were
+	// quarantined for review, and before that gone): the member's 750,000 is back.
+	waitFor(t, 20*time.Second, "the status read from the restored database, with the settlements sent again", func() bool {
 		var st status
 		_, err := s.call("GET", "/v1/gateway/usage-limits/me", o.member.token, o.id, nil, &st)
-		return err == nil && len(st.Windows) == 3 && st.Windows[0].UsedMicroUsd == 300_000
+		return err == nil && len(st.Windows) == 3 && st.Windows[0].UsedMicroUsd == 750_000
 	})
 
-	// Spent after the restore: 900,000, 1,200,000 in all by the database: blocked.
+	// Spent after the restore: 900,000, 1,650,000 in all by the database: blocked.
 	r3 := admitted(t, s.check(t, o.key), "within_limit")
 	s.respond(t, r3, "application/json", testio.Chunks(openAIJSON("chatcmpl-3", 6_000_000, 0, 0), 2))
 	waitFor(t, 10*time.Second, "the settlement after the restore", func() bool {
-		return s.status(t, o).Windows[0].UsedMicroUsd == 1_200_000
+		return s.status(t, o).Windows[0].UsedMicroUsd == 1_650_000
 	})
-	st := s.expectStatus(t, o, "after the restore", expected{state: "blocked", used: 1_200_000, pending: 0, lastSettled: r3, canRequestReset: true})
+	st := s.expectStatus(t, o, "after the restore", expected{state: "blocked", used: 1_650_000, pending: 0, lastSettled: r3, canRequestReset: true})
 
-	// The second member's tracking row is gone with the backup: their next request is
-	// started and charged again from nothing.
+	// The second member's tracking row was gone with the backup: their first request,
+	// sent again, made it anew, and their next one is charged after it.
 	again := admitted(t, s.check(t, otherKey), "unlimited")
 	s.respond(t, again, "application/json", testio.Chunks(openAIJSON("chatcmpl-o2", 2_000_000, 0, 0), 2)) // 300,000
 	waitFor(t, 10*time.Second, "the second member's settlement after the restore", func() bool {
 		var st status
 		_, err := s.call("GET", "/v1/gateway/usage-limits/me", other.token, o.id, nil, &st)
-		return err == nil && st.Windows[0].UsedMicroUsd == 300_000 && st.Coverage.LastSettlementRequestID != nil &&
+		return err == nil && st.Windows[0].UsedMicroUsd == 450_000 && st.Coverage.LastSettlementRequestID != nil &&
 			*st.Coverage.LastSettlementRequestID == again
 	})
+	if n := s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="settled"`); n != 2 {
+		t.Errorf("%v settlements sent again were charged, want r2's and the second member's first", n)
+	}
 
 	// No operator ran anything: the enforcer must refuse as the database says.
 	var admittedAfter int
