@@ -443,7 +443,13 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	// figure to keep under the pod's grace period.
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)
 	defer cancel()
+	// Each step's end, for the line that closes the shutdown: an operator whose pod
+	// was killed mid-shutdown, or whose timeout is too short, sees which step took it.
+	began := time.Now()
+	var steps []any
+	stepDone := func(name string) { steps = append(steps, name, time.Since(began).Round(time.Millisecond).String()) }
 	lifecycle.DelayShutdown(e.cfg.ShutdownDelay, e.log)
+	stepDone("delay")
 	// 2. Requests in flight get three quarters of what is left; the settle queue's drain
 	// keeps at least the last quarter, so a slow stream cannot starve it.
 	serveCtx, cancelServe := context.WithTimeout(shutCtx, (e.cfg.ShutdownTimeout-e.cfg.ShutdownDelay)*3/4)
@@ -490,6 +496,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	}
 	<-httpDone
 	<-gwDone
+	stepDone("servers")
 	// 3. and 4. No more checks: stop the start queue, then settle every admitted request
 	// that nobody will report to this process any more.
 	// Queueing them takes at most half of what is left of the deadline, so that the
@@ -501,6 +508,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	}
 	n, left := e.Tracker.SettleAll(settleAllCtx)
 	cancelSettleAll()
+	stepDone("unreported")
 	if n > 0 || left > 0 {
 		e.log.Warn("settling unreported requests as incomplete at shutdown", "count", n, "left_pending", left,
 			"note", "left ones have durable starts: they stay pending at the control plane until its abandonment recovery closes them")
@@ -517,9 +525,13 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	stopErrs = append(stopErrs, settle.Stop())
 	cancelCut()
 	e.Settle.Drain(shutCtx)
+	stepDone("settle_drain")
 	// 6.
 	stopErrs = append(stopErrs, loops.StopAll())
+	stepDone("loops")
 	// 7.
 	_ = adminSrv.Shutdown(shutCtx)
+	stepDone("admin")
+	e.log.Info("shutdown done: each step's end, counted from the signal", steps...)
 	return errors.Join(stopErrs...)
 }

@@ -611,12 +611,9 @@ func (q *Queue) leave(e *entry, kept answeredItem) {
 	q.mu.Unlock()
 }
 
+// abandon gives a settlement up (retried past MaxAge), named in the log for
+// reconciliation; one sent again is dropped quietly instead (dropAgain).
 func (q *Queue) abandon(e *entry, now time.Time, why string) {
-	q.abandonQuietly(e, now, true, why)
-}
-
-// abandonQuietly is abandon, logging the settlement only when log is set.
-func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	if e.again {
 		q.dropAgain(e)
 		return
@@ -625,18 +622,17 @@ func (q *Queue) abandonQuietly(e *entry, now time.Time, log bool, why string) {
 	// Counted before it leaves the queue, as in finish.
 	q.m.Settlements.WithLabelValues("abandoned").Inc()
 	q.leave(e, answeredItem{})
-	if !log {
-		if e.done != nil {
-			e.done(Result{Err: ErrAbandoned})
-		}
-		return
-	}
-	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", e.item.GetRequestId(),
-		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(), "attempts", e.attempts,
-		"queued_for", now.Sub(e.queued).String(), "reason", why, resendAttr(e.item))
+	q.logNotDelivered(e, now, why)
 	if e.done != nil {
 		e.done(Result{Err: ErrAbandoned})
 	}
+}
+
+// logNotDelivered names a settlement given up, for reconciliation.
+func (q *Queue) logNotDelivered(e *entry, now time.Time, why string) {
+	q.log.Error("SETTLEMENT NOT DELIVERED: giving up; reconcile this request", "request_id", e.item.GetRequestId(),
+		"organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(), "attempts", e.attempts,
+		"queued_for", now.Sub(e.queued).String(), "reason", why, resendAttr(e.item))
 }
 
 // doneLocked forgets a finished, abandoned or left entry.
@@ -718,18 +714,30 @@ func (q *Queue) Drain(ctx context.Context) {
 	now := time.Now()
 	kept, abandoned := 0, 0
 	for {
+		// Everything left is taken out under one lock, counted first (whoever sees the
+		// queue empty reads every outcome counted): past the deadline, a lock, a
+		// labelled counter and a wake-up per settlement, hundreds of thousands of them,
+		// took the shutdown over its deadline on a loaded machine.
 		q.mu.Lock()
 		left := slices.Concat(q.ready, q.delayed, q.again)
 		q.ready, q.delayed, q.again = nil, nil, nil
+		var given, dropped int
 		for _, e := range left {
-			if e.ref.Spooled() {
-				// Not lost: the next start sends it again.
-				kept++
-				q.doneLocked(e)
-			} else {
-				q.inflight++ // abandon (or dropAgain) counts it out
+			switch {
+			case e.ref.Spooled():
+				kept++ // not lost: the next start sends it again
+			case e.again:
+				dropped++
+			default:
+				given++
 			}
 		}
+		q.m.Settlements.WithLabelValues("abandoned").Add(float64(given))
+		q.m.SettleSentAgain.WithLabelValues("unanswered").Add(float64(dropped))
+		for _, e := range left {
+			q.doneLocked(e)
+		}
+		q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 		q.signalIdleLocked()
 		// Emptied under the lock that enqueue takes: whatever comes after is afterDrain's.
 		q.drained = len(left) == 0
@@ -738,18 +746,19 @@ func (q *Queue) Drain(ctx context.Context) {
 			break
 		}
 		for _, e := range left {
-			if e.ref.Spooled() {
-				continue
-			}
-			if e.again {
-				q.dropAgain(e)
-				continue
+			if e.ref.Spooled() || e.again {
+				continue // an entry sent again was answered once: dropped quietly (dropAgain)
 			}
 			abandoned++
 			// One line per settlement names it for reconciliation, up to a bound: a
 			// shutdown with hundreds of thousands left must not spend its deadline (and
 			// the log pipeline) writing them. The count says how many were not named.
-			q.abandonQuietly(e, now, abandoned <= maxAbandonLogs, "the enforcer stopped before the control plane accepted it")
+			if abandoned <= maxAbandonLogs {
+				q.logNotDelivered(e, now, "the enforcer stopped before the control plane accepted it")
+			}
+			if e.done != nil {
+				e.done(Result{Err: ErrAbandoned})
+			}
 		}
 	}
 	q.m.SettleQueueDepth.Set(float64(q.Depth()))
