@@ -295,3 +295,44 @@ func TestKilledEnforcerSettlesWhatItMeasuredAfterRestart(t *testing.T) {
 		t.Fatalf("after a second replay: %d receipts, used %d (want %d), pending %d", receipts, st.Buckets[0].UsedMicroUsd, want, *st.Coverage.PendingRequests)
 	}
 }
+
+// An enforcer killed in the same outage that replaces Postgres by a copy without its
+// last starts (a restore here; a failover's lost tail alike). Its measured settlement
+// waits in the spool; the restored database has no start for it. The next process
+// cannot know the start's snapshot the dead one kept, so the spool carries it with the
+// settlement: the replay is charged from it, and nothing is left for review (before
+// 2026-12-04 it was quarantined no_snapshot, for an operator to reconcile).
+func TestKilledEnforcersSpoolIsChargedByARestoredDatabase(t *testing.T) {
+	awayFromDayBoundary(t, 3*time.Minute)
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	dump := s.pgDump(t) // the organization, no request yet
+	dir := filepath.Join(t.TempDir(), "spool")
+	vars := map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir, "TOLLGATE_ENFORCER_SETTLE_LINGER": "1s"}
+
+	first := startChildEnforcer(t, s, vars)
+	reqID := admitted(t, first.view.check(t, o.key), "within_limit")
+	first.view.respond(t, reqID, "application/json", [][]byte{[]byte(openAIJSON("chatcmpl-restored", 1000, 0, 500))})
+	first.kill(t)
+	if st := s.status(t, o); st.Coverage.PendingRequests == nil || *st.Coverage.PendingRequests != 1 {
+		t.Fatalf("before the restore: pending %v; the settlement was sent before the kill, so this test proves nothing", st.Coverage.PendingRequests)
+	}
+	s.pgRestore(t, dump)
+	ctx := context.Background()
+	var starts int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE request_id = $1`, reqID).Scan(&starts); err != nil || starts != 0 {
+		t.Fatalf("the restored database has %d starts of the request (%v), want none", starts, err)
+	}
+
+	second := startChildEnforcer(t, s, vars)
+	want := catalogCost(1000, 0, 500)
+	if rec := waitReceipt(t, s, reqID); rec.cost() != want {
+		t.Fatalf("receipt %v, want cost %d", rec, want)
+	}
+	second.view.waitUsed(t, o, 1, want)
+	var quarantined int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_quarantined_settlements WHERE request_id = $1`, reqID).Scan(&quarantined); err != nil || quarantined != 0 {
+		t.Errorf("the replayed settlement was quarantined (%d, %v), want charged and nothing to review", quarantined, err)
+	}
+	second.stop(t)
+}

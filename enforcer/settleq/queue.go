@@ -197,8 +197,13 @@ type entry struct {
 	// capacity; never spooled); answered is when it was first answered.
 	again    bool
 	answered time.Time
-	// start is the snapshot of the request's durable start (Reservation.KeepStart).
+	// start is the snapshot of the request's durable start (Reservation.KeepStart), or
+	// the one its spooled record carried (takeSpooledStart).
 	start startSnapshot
+	// restarted: replayed from the spool at start. The process that admitted it is
+	// gone, perhaps in the same outage that replaced Postgres, so it is always sent
+	// with its start's snapshot (attachStarts).
+	restarted bool
 }
 
 // New returns a queue; nothing is sent until Run. Scheduling (backoff, age, lag) uses
@@ -222,7 +227,8 @@ func (q *Queue) UseSpool(sp *spool.Spool, pending []spool.Pending) {
 	q.mu.Lock()
 	q.spool = sp
 	for _, p := range pending {
-		e := &entry{item: p.Item, queued: now, next: now, ref: p.Ref, replayed: true}
+		e := &entry{item: p.Item, queued: now, next: now, ref: p.Ref, replayed: true, restarted: true}
+		e.start = takeSpooledStart(p.Item)
 		q.ready = append(q.ready, e)
 		q.linkLocked(e)
 		q.replayed++
@@ -293,7 +299,7 @@ func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func
 	// Written before it is queued: from here a crash cannot lose it (package spool).
 	// Outside the queue's lock: the write is a system call.
 	if q.spool != nil {
-		e.ref, _ = q.spool.Append(item)
+		e.ref = q.spoolWithStart(item, res.keptStart(q))
 	}
 	q.mu.Lock()
 	if q.drained {

@@ -40,8 +40,10 @@ type Config struct {
 	SyncEvery time.Duration
 }
 
-// DefaultConfig: 64 MiB holds about 300,000 settlements of durable starts (about 200
-// bytes each) or 60,000 carrying a snapshot.
+// DefaultConfig: 64 MiB holds about 116,000 settlements of 575 bytes, a durable start's
+// with its start's admission snapshot (package settleq spools them so) or a fail-open
+// admission's with its own: more than the settle queue's default capacity (100,000),
+// which bounds what waits unanswered (settleq's TestDefaultSpoolHoldsTheDefaultCapacityWithStarts).
 var DefaultConfig = Config{MaxBytes: 64 << 20, SyncEvery: time.Second}
 
 func (c Config) withDefaults() Config {
