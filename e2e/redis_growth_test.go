@@ -30,6 +30,7 @@ var redisKeyFamilies = []redisKeyFamily{
 	{doc: "`<prefix>generation`", pattern: regexp.MustCompile(`^generation$`), singleton: true},
 	{doc: "`<prefix>masters`", pattern: regexp.MustCompile(`^masters$`), singleton: true},
 	{doc: "`<prefix>postgres`", pattern: regexp.MustCompile(`^postgres$`), singleton: true},
+	{doc: "`<prefix>rebuild`", pattern: regexp.MustCompile(`^rebuild$`), singleton: true},
 	{doc: "`<prefix>container:{<containerId>}`", pattern: regexp.MustCompile(`^container:\{[^{}]+\}$`)},
 	{doc: "`<prefix>container:{<containerId>}:request:<requestId>`", pattern: regexp.MustCompile(`^container:\{[^{}]+\}:request:req_[0-9a-z]{26}$`)},
 }

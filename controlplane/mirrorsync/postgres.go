@@ -19,25 +19,59 @@ import (
 // them is refused by the monotonic write while Redis keeps the higher ones, and the
 // member's spend after the restore never reaches the mirror (a member over a hard limit
 // by the database admitted on every check, TestRestoredPostgresIsNoticedWithoutAResync).
-func (w *Writer) postgresReplaced(ctx context.Context, cur string) (mirror.PostgresIdentity, bool, error) {
+func (w *Writer) postgresReplaced(ctx context.Context, cur string) (id mirror.PostgresIdentity, replaced, kept bool, err error) {
 	gen, noted, ok, err := w.layout.NotedPostgres(ctx, w.rdb)
 	if err != nil {
-		return mirror.PostgresIdentity{}, false, err
+		return mirror.PostgresIdentity{}, false, false, err
 	}
+	id, seen, seenOK, err := w.readPostgres(ctx)
+	if err != nil {
+		return mirror.PostgresIdentity{}, false, false, err
+	}
+	compared := ok && gen == cur
+	replaced = compared && noted.Replaced(id)
+	// kept: compared whole with the note or with this process's last read, and
+	// neither says another database.
+	kept = id.Whole() && !replaced && (compared && noted.Whole() || seenOK) && !(seenOK && seen.Replaced(id))
+	return id, replaced, kept, nil
+}
+
+// postgresKept reads the database's identity and reports whether it is, whole, the one
+// this process read last: the only witness left when Redis lost its data, the note
+// with it. A process that has read none (just started) cannot tell.
+func (w *Writer) postgresKept(ctx context.Context) bool {
+	id, seen, seenOK, err := w.readPostgres(ctx)
+	return err == nil && seenOK && id.Whole() && !seen.Replaced(id)
+}
+
+// readPostgres reads the database's identity now and returns it with the one this
+// process read whole before (seenOK), which it replaces: a read not whole forgets it.
+func (w *Writer) readPostgres(ctx context.Context) (id, seen mirror.PostgresIdentity, seenOK bool, err error) {
 	id, partial, err := store.PostgresIdentity(ctx, w.st.Pool)
 	if err != nil {
 		w.metrics.StoreErrors.WithLabelValues("mirror_version").Inc()
-		return mirror.PostgresIdentity{}, false, err
+		return mirror.PostgresIdentity{}, mirror.PostgresIdentity{}, false, err
 	}
 	w.mu.Lock()
 	first := partial != nil && !w.postgresPartial
 	w.postgresPartial = partial != nil
+	seen, seenOK = w.seenPostgres, w.seenPostgresOK
+	w.seenPostgres, w.seenPostgresOK = id, id.Whole()
 	w.mu.Unlock()
 	if first {
 		w.log.Warn("mirror: cannot read Postgres's system identifier or write-ahead log position; a restore into a new database is still noticed, a failover or a restored snapshot of the same database is not (run `controlplane resync` after one)",
 			"err", partial)
 	}
-	return id, ok && gen == cur && noted.Replaced(id), nil
+	return id, seen, seenOK, nil
+}
+
+// noteRebuild notes, before generation gen is installed, whether the rebuild under it
+// left Postgres as it was (pkg/mirror, RebuildKey): the enforcers then send nothing
+// again. A note that fails leaves the enforcers to send again, as they would without.
+func (w *Writer) noteRebuild(ctx context.Context, gen string, postgresKept bool) {
+	if err := w.layout.NoteRebuild(ctx, w.rdb, gen, postgresKept); err != nil {
+		w.log.Warn("mirror: cannot note why the mirror is rebuilt; the enforcers will send their recent settlements again", "err", err)
+	}
 }
 
 // notePostgres notes in Redis the identity read under generation gen. A note that

@@ -7,7 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -113,4 +115,75 @@ func TestReplacedPostgresRebuildsTheMirror(t *testing.T) {
 		t.Fatalf("%v rebuilds counted by the serving control plane, want 1", got)
 	}
 	at.Check(t, e.Store)
+}
+
+// A rebuild notes whether Postgres was kept through it (pkg/mirror, RebuildKey), and the
+// enforcers send their recent settlements again only when it was not, or nobody can
+// tell: for Redis alone (it lost its data, a master was replaced) with Postgres checked
+// whole against what was read before, every answered settlement is still there.
+func TestARebuildSaysWhetherPostgresWasKept(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	settleOne(t, e, org, ms[0], 100)
+	round := func(w *mirrorsync.Writer) string {
+		t.Helper()
+		if err := w.Check(e.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		gen, err := e.Layout.Generation(e.Ctx, e.Redis)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gen
+	}
+	kept := func(gen string) bool {
+		t.Helper()
+		ok, err := e.Layout.PostgresKeptThrough(e.Ctx, e.Redis, gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	lose := func() { // what the control plane keeps in Redis, as a flushed Redis has it
+		t.Helper()
+		if err := e.Redis.Del(e.Ctx, e.Layout.GenerationKey(), e.Layout.PostgresKey(), e.Layout.MastersKey(), e.Layout.RebuildKey()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gen0 := round(e.Mirror)
+
+	lose()
+	gen1 := round(e.Mirror)
+	if gen1 == gen0 || !kept(gen1) {
+		t.Errorf("Redis lost its data under a control plane that had read Postgres: generation %q (was %q), kept %v; want a new one, kept", gen1, gen0, kept(gen1))
+	}
+
+	lose()
+	gen2 := round(otherProcess(t, e, nil))
+	if gen2 == gen1 || kept(gen2) {
+		t.Errorf("the same loss seen first by a control plane that never read Postgres: generation %q, kept %v; want a new one, not kept (it cannot tell)", gen2, kept(gen2))
+	}
+
+	round(e.Mirror) // adopts gen2 and notes Postgres and the masters under it
+	if err := e.Layout.NoteMasters(e.Ctx, e.Redis, gen2, mirror.Masters{"a-master-that-is-gone": true}); err != nil {
+		t.Fatal(err)
+	}
+	gen3 := round(otherProcess(t, e, nil))
+	if gen3 == gen2 || !kept(gen3) {
+		t.Errorf("a replaced Redis master seen by a control plane that compared Postgres with its note: generation %q, kept %v; want a new one, kept", gen3, kept(gen3))
+	}
+
+	round(e.Mirror)
+	_, id, _, err := e.Layout.NotedPostgres(e.Ctx, e.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.LSN += 1 << 30 // Redis knew a history this database no longer has
+	if err := e.Layout.NotePostgres(e.Ctx, e.Redis, gen3, id); err != nil {
+		t.Fatal(err)
+	}
+	gen4 := round(e.Mirror)
+	if gen4 == gen3 || kept(gen4) {
+		t.Errorf("a replaced Postgres: generation %q, kept %v; want a new one, not kept", gen4, kept(gen4))
+	}
 }

@@ -33,7 +33,9 @@ func (w *Writer) Check(ctx context.Context) error {
 		return err
 	}
 	if cur == "" {
-		gen, claimed, err := w.layout.ClaimGeneration(ctx, w.rdb, newGeneration())
+		gen := newGeneration()
+		w.noteRebuild(ctx, gen, w.postgresKept(ctx))
+		gen, claimed, err := w.layout.ClaimGeneration(ctx, w.rdb, gen)
 		if err != nil {
 			return err
 		}
@@ -58,7 +60,7 @@ func (w *Writer) Check(ctx context.Context) error {
 		w.log.Info("mirror: adopting the current generation", "generation", cur)
 		w.setGeneration(cur)
 	}
-	pg, pgReplaced, err := w.postgresReplaced(ctx, cur)
+	pg, pgReplaced, pgKept, err := w.postgresReplaced(ctx, cur)
 	if err != nil {
 		return err
 	}
@@ -66,7 +68,9 @@ func (w *Writer) Check(ctx context.Context) error {
 		// Postgres lost commits Redis mirrors (postgres.go): records of versions it has
 		// not reached, which refuse its writes. What `controlplane resync` does, once,
 		// by whichever control plane replaces the generation.
-		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, newGeneration())
+		gen := newGeneration()
+		w.noteRebuild(ctx, gen, false)
+		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, gen)
 		if err != nil {
 			return err
 		}
@@ -90,7 +94,9 @@ func (w *Writer) Check(ctx context.Context) error {
 	if changed {
 		// A master the mirror lived on was replaced (pkg/mirror/masters.go): what it
 		// acknowledged last may be lost.
-		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, newGeneration())
+		gen := newGeneration()
+		w.noteRebuild(ctx, gen, pgKept)
+		gen, replaced, err := w.layout.ReplaceGeneration(ctx, w.rdb, cur, gen)
 		if err != nil {
 			return err
 		}

@@ -77,6 +77,10 @@ type Writer struct {
 	// or the WAL position (logged once per streak); postgresNoteFailing: the last note of
 	// it in Redis failed (logged once per streak). postgres.go.
 	postgresPartial, postgresNoteFailing bool
+	// seenPostgres is the identity this process last read whole (seenPostgresOK), to
+	// tell whether a rebuild for Redis alone left Postgres as it was (postgresKept).
+	seenPostgres   mirror.PostgresIdentity
+	seenPostgresOK bool
 	// resyncing serializes resyncs of this process.
 	resyncing sync.Mutex
 	resolves  resolver

@@ -256,7 +256,7 @@ func New(d Deps) *Enforcer {
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL, CallTimeout: cfg.CheckTimeout}, d.Clock, m, log)
 	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout,
 		ResolveTimeout: cfg.CheckTimeout}, m, log)
-	e.Records.OnRebuild(func() { e.Settle.SendAnsweredAgain() })
+	e.Records.OnRebuild(e.Settle.MirrorRebuilt)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
 		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL,
 		Speculate: cfg.Speculate(), CheckTimeout: cfg.CheckTimeout})

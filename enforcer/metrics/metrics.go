@@ -69,6 +69,9 @@ type Metrics struct {
 	// dropped at shutdown or after the maximum age).
 	SettleAnsweredKept prometheus.Gauge
 	SettleSentAgain    *prometheus.CounterVec
+	// MirrorRebuilds counts the rebuilds of the mirror the enforcer saw, by what it did
+	// with the settlements answered in the window (MirrorRebuildActions).
+	MirrorRebuilds *prometheus.CounterVec
 	// Settlements counts settlements finished, by outcome. abandoned (given up after
 	// retrying for the maximum age, or left when the drain deadline passed) and overflow
 	// (queue full, no reservation) are settlements lost: the alert TollgateSettlementsLost.
@@ -159,6 +162,10 @@ var (
 	recordSources        = []string{"redis", "resolve"}
 	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
 	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
+	// MirrorRebuildActions: sent_again (the settlements answered in the window were
+	// sent again), not_needed (the control plane noted Postgres unchanged through a
+	// rebuild for Redis alone).
+	MirrorRebuildActions = []string{"sent_again", "not_needed"}
 	sentAgainOutcomes    = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "unanswered"}
 	costBases            = []string{"upstream_cost", "reported_usage", "estimate", "none", "unknown"}
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
@@ -329,6 +336,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_settle_sent_again_total",
 			Help: "Answered settlements sent again after a rebuild of the mirror, by outcome: duplicate (the database still had it), settled or promoted (it had lost it: charged now), no_snapshot (its start was lost too: quarantined for review), the other refusals, unanswered (dropped at shutdown or after the maximum age).",
 		}, []string{"outcome"}),
+		MirrorRebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_mirror_rebuilds_total",
+			Help: "Rebuilds of the mirror under a new generation the enforcer saw, by what it did with the settlements answered in the last TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: sent_again (Postgres may have lost them), not_needed (the rebuild was for Redis alone, and the control plane checked Postgres unchanged).",
+		}, []string{"settlements"}),
 		ExtProcStreams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_extproc_streams_total",
 			Help: "ext_proc streams finished, by result (complete, incomplete, untracked).",
@@ -377,7 +388,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
-		m.SettleAnsweredKept, m.SettleSentAgain,
+		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges)
 
@@ -389,7 +400,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for v, values := range map[*prometheus.CounterVec][]string{
 		m.IdentityCache: identityResults, m.RecordReads: recordSources, m.StartQueueRejections: startRejections,
-		m.Settlements: settleOutcomes, m.SettleSentAgain: sentAgainOutcomes, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
+		m.Settlements: settleOutcomes, m.SettleSentAgain: sentAgainOutcomes, m.MirrorRebuilds: MirrorRebuildActions, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
 		m.SpeculativeStarts: SpeculativeStartResults, m.GatewayUpstreamResponses: GatewayUpstreamCodes,

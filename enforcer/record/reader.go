@@ -69,7 +69,7 @@ type Reader struct {
 	// gen is the generation last seen; nil until the first successful poll.
 	gen atomic.Pointer[string]
 	// rebuilt is OnRebuild's function.
-	rebuilt atomic.Pointer[func()]
+	rebuilt atomic.Pointer[func(postgresKept bool)]
 	nudge   chan struct{}
 	// doubt is set while the mirror may serve records a dead master acknowledged but
 	// never replicated (see masters.go): from a Redis error, or a replaced master seen
@@ -347,7 +347,9 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 	} else if old != nil && *old != g {
 		r.log.Info("mirror generation changed", "generation", g)
 		if f := r.rebuilt.Load(); f != nil && g != "" {
-			go (*f)()
+			// A note that cannot be read is doubt: the settlements are sent again.
+			kept, err := r.layout.PostgresKeptThrough(ctx, r.rdb, g)
+			go (*f)(kept && err == nil)
 		}
 	}
 	return g, nil
@@ -355,10 +357,13 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 
 // OnRebuild has f called, in a goroutine of its own, each time the watcher sees the
 // mirror rebuilt under a new generation after it had seen another (or none, Redis
-// having lost its data): the control plane does that when Redis lost its data and when
-// Postgres was replaced (a promoted replica, a restore), never on its own restarts.
-// The enforcer sends its recently answered settlements again then (package settleq).
-func (r *Reader) OnRebuild(f func()) { r.rebuilt.Store(&f) }
+// having lost its data): the control plane does that when Redis lost its data, when a
+// Redis master was replaced and when Postgres was replaced (a promoted replica, a
+// restore), never on its own restarts. postgresKept is the control plane's note of the
+// rebuild (mirror.Layout.PostgresKeptThrough): true when it was for Redis alone and
+// Postgres was checked unchanged. Unless it is, the enforcer sends its recently
+// answered settlements again (package settleq).
+func (r *Reader) OnRebuild(f func(postgresKept bool)) { r.rebuilt.Store(&f) }
 
 type readReq struct {
 	key string

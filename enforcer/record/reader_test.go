@@ -291,17 +291,29 @@ func TestFirstLookComparesWithTheNotedMasters(t *testing.T) {
 
 // OnRebuild's function runs for each new generation after another was seen (or none,
 // Redis having lost its data), never for the first one seen, an unchanged one, or the
-// generation's loss itself.
+// generation's loss itself. It is told Postgres was kept only when the control plane
+// noted so for that very generation.
 func TestOnRebuildRunsForEachNewGeneration(t *testing.T) {
 	rdb, l := testredis.New(t)
 	ctx := context.Background()
 	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	rebuilt := make(chan struct{}, 8)
-	r.OnRebuild(func() { rebuilt <- struct{}{} })
+	rebuilt := make(chan bool, 8)
+	r.OnRebuild(func(postgresKept bool) { rebuilt <- postgresKept })
+	const none, doubt, kept = 0, 1, 2
 	for _, step := range []struct {
-		gen     string // "" deletes the marker, as a flushed Redis has it
-		rebuild bool
-	}{{"g1", false}, {"g1", false}, {"g2", true}, {"", false}, {"g3", true}, {"g3", false}} {
+		gen      string // "" deletes the marker, as a flushed Redis has it
+		note     int    // the control plane's note of the rebuild under gen, written first
+		rebuild  bool
+		wantKept bool
+	}{{"g1", none, false, false}, {"g1", none, false, false}, {"g2", none, true, false}, {"", none, false, false},
+		{"g3", kept, true, true}, {"g3", none, false, false}, {"g4", doubt, true, false},
+		{"g5", none, true, false}, // the note is g4's
+	} {
+		if step.note != none {
+			if err := l.NoteRebuild(ctx, rdb, step.gen, step.note == kept); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var err error
 		if step.gen == "" {
 			err = rdb.Del(ctx, l.GenerationKey()).Err()
@@ -316,7 +328,10 @@ func TestOnRebuildRunsForEachNewGeneration(t *testing.T) {
 		}
 		if step.rebuild {
 			select {
-			case <-rebuilt:
+			case got := <-rebuilt:
+				if got != step.wantKept {
+					t.Errorf("generation %q: told Postgres kept %v, want %v", step.gen, got, step.wantKept)
+				}
 			case <-time.After(5 * time.Second):
 				t.Fatalf("generation %q: OnRebuild's function did not run", step.gen)
 			}

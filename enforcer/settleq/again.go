@@ -65,6 +65,27 @@ func (q *Queue) forgetAnsweredLocked(now time.Time) {
 	q.m.SettleAnsweredKept.Set(float64(len(q.answered)))
 }
 
+// MirrorRebuilt is told of each rebuild of the mirror under a new generation
+// (record.Reader.OnRebuild). Unless the control plane noted that the rebuild was for
+// Redis alone and found Postgres as it was (postgresKept), the settlements answered in
+// the window are sent again (SendAnsweredAgain): the database may have lost them. When
+// it did find it so, every answered settlement is still there, and sending them again
+// would only cost the control plane a duplicate's work for each, from every enforcer at
+// once, while it rebuilds the mirror and resolves the checks Redis cannot answer.
+func (q *Queue) MirrorRebuilt(postgresKept bool) {
+	if !postgresKept {
+		q.m.MirrorRebuilds.WithLabelValues("sent_again").Inc()
+		q.SendAnsweredAgain()
+		return
+	}
+	q.m.MirrorRebuilds.WithLabelValues("not_needed").Inc()
+	q.mu.Lock()
+	n := len(q.answered)
+	q.mu.Unlock()
+	q.log.Info("the mirror was rebuilt for Redis alone, and the control plane found Postgres as it was: no settlement is sent again",
+		"answered_in_window", n)
+}
+
 // SendAnsweredAgain queues again every settlement answered in the last ResendWindow
 // (the package's comment above answeredFor says why), and returns how many. Call it
 // when the mirror was rebuilt under a new generation. They are sent when no other

@@ -143,6 +143,35 @@ func TestAnsweredSettlementsAreSentAgainAfterARebuild(t *testing.T) {
 	}
 }
 
+// A rebuild the control plane noted as for Redis alone, Postgres found as it was,
+// sends nothing again: every answered settlement is in the database. Any other sends
+// the window again. Each is counted by what was done.
+func TestARebuildThatKeptPostgresSendsNothingAgain(t *testing.T) {
+	l := newLedger()
+	reg := prometheus.NewRegistry()
+	logs := &logBuf{}
+	q := runningWith(t, l, fastConfig(), metrics.New(reg), slog.New(slog.NewTextHandler(logs, nil)))
+	settleAll(t, q, 100, "req_a", "req_b")
+	q.MirrorRebuilt(true)
+	waitIdle(t, q)
+	if sent, _ := l.state(); len(sent) != 2 {
+		t.Fatalf("sent %v after a rebuild that kept Postgres, want the two first sendings only", sent)
+	}
+	if !strings.Contains(logs.String(), "no settlement is sent again") || !strings.Contains(logs.String(), "answered_in_window=2") {
+		t.Errorf("the rebuild that needed nothing sent is not logged with its window:\n%s", logs)
+	}
+	q.MirrorRebuilt(false)
+	waitIdle(t, q)
+	if sent, _ := l.state(); len(sent) != 4 {
+		t.Fatalf("sent %v after a rebuild that may have lost Postgres, want both sent again", sent)
+	}
+	for action, want := range map[string]float64{"not_needed": 1, "sent_again": 1} {
+		if got := enforcertest.Value(reg, "tollgate_enforcer_mirror_rebuilds_total", "settlements", action); got != want {
+			t.Errorf("mirror_rebuilds_total{settlements=%q} = %v, want %v", action, got, want)
+		}
+	}
+}
+
 // Only the settlements answered within the window are kept, at most Capacity of them,
 // and none with a negative window.
 func TestAnsweredSettlementsAreKeptForTheWindowOnly(t *testing.T) {

@@ -94,3 +94,48 @@ func (l Layout) NotedPostgres(ctx context.Context, rdb redis.Cmdable) (generatio
 	}
 	return f[0], PostgresIdentity{System: undash(f[1]), Timeline: undash(f[2]), Database: undash(f[3]), Table: undash(f[4]), LSN: lsn}, true, nil
 }
+
+// A rebuild under a new generation tells the enforcers to send again the settlements
+// the control plane answered lately (enforcer/settleq, "sent again"), since a replaced
+// Postgres may lack them. When the rebuild is for Redis alone (it lost its data, or a
+// master was replaced) and the control plane that rebuilds checked that Postgres is the
+// database it read before, whole, there is nothing to send again: every answered
+// settlement was committed there. Resending then only cost the control plane a
+// duplicate's work for each settlement of every enforcer's window (up to 100,000 an
+// enforcer, with their starts' snapshots), right when Redis came back empty and every
+// check was resolving through it. The note says which: written before the generation
+// is installed, so an enforcer that sees the generation finds its note; any doubt (no
+// note, another generation's, an identity not read whole) sends again.
+
+// RebuildKey holds the note of the last rebuild (NoteRebuild). No TTL: one key.
+func (l Layout) RebuildKey() string { return l.Prefix + "rebuild" }
+
+// NoteRebuild notes that the rebuild under generation is for Redis alone, Postgres
+// checked unchanged (postgresKept), or not.
+func (l Layout) NoteRebuild(ctx context.Context, rdb redis.Cmdable, generation string, postgresKept bool) error {
+	kept := "unverified"
+	if postgresKept {
+		kept = "postgres-kept"
+	}
+	return rdb.Set(ctx, l.RebuildKey(), generation+" "+kept, 0).Err()
+}
+
+// PostgresKeptThrough reports whether the note says that the rebuild under generation
+// left Postgres as it was: false on no note, another generation's, or anything else.
+func (l Layout) PostgresKeptThrough(ctx context.Context, rdb redis.Cmdable, generation string) (bool, error) {
+	v, err := rdb.Get(ctx, l.RebuildKey()).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return generation != "" && v == generation+" postgres-kept", nil
+}
+
+// Whole reports whether every field of i is known: only a whole identity can tell that
+// a database was not replaced (a promoted replica keeps its database's OIDs, and only
+// its timeline says it is another).
+func (i PostgresIdentity) Whole() bool {
+	return i.System != "" && i.Timeline != "" && i.Database != "" && i.Table != "" && i.LSN >= 0
+}

@@ -63,3 +63,57 @@ func TestNotePostgresRoundTrip(t *testing.T) {
 		t.Fatalf("garbage read as a note: %v %v", ok, err)
 	}
 }
+
+// The rebuild note says Postgres was kept only for the generation it was written
+// under: an older note, a note of doubt, garbage or none all mean "send again".
+func TestRebuildNoteNamesItsGeneration(t *testing.T) {
+	rdb, layout := testredis.New(t)
+	ctx := t.Context()
+	kept := func(gen string) bool {
+		t.Helper()
+		ok, err := layout.PostgresKeptThrough(ctx, rdb, gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if kept("gen-1") {
+		t.Fatal("kept without a note")
+	}
+	if err := layout.NoteRebuild(ctx, rdb, "gen-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if !kept("gen-1") || kept("gen-2") || kept("") {
+		t.Fatalf("a note of gen-1 kept: gen-1 %v, gen-2 %v, none %v; want only gen-1", kept("gen-1"), kept("gen-2"), kept(""))
+	}
+	if err := layout.NoteRebuild(ctx, rdb, "gen-2", false); err != nil {
+		t.Fatal(err)
+	}
+	if kept("gen-2") || kept("gen-1") {
+		t.Fatal("a note of doubt read as kept")
+	}
+	if err := rdb.Set(ctx, layout.RebuildKey(), "gen-3 postgres-kept trailing", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if kept("gen-3") {
+		t.Fatal("garbage read as kept")
+	}
+}
+
+func TestPostgresIdentityWhole(t *testing.T) {
+	whole := mirror.PostgresIdentity{System: "7715003587517331606", Timeline: "00000003", Database: "16384", Table: "16500", LSN: 0}
+	if !whole.Whole() {
+		t.Fatalf("%+v is not whole", whole)
+	}
+	for _, part := range []func(*mirror.PostgresIdentity){
+		func(i *mirror.PostgresIdentity) { i.System = "" }, func(i *mirror.PostgresIdentity) { i.Timeline = "" },
+		func(i *mirror.PostgresIdentity) { i.Database = "" }, func(i *mirror.PostgresIdentity) { i.Table = "" },
+		func(i *mirror.PostgresIdentity) { i.LSN = -1 },
+	} {
+		i := whole
+		part(&i)
+		if i.Whole() {
+			t.Errorf("%+v is whole", i)
+		}
+	}
+}
