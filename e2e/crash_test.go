@@ -319,6 +319,7 @@ func TestKilledEnforcersSpoolIsChargedByARestoredDatabase(t *testing.T) {
 	}
 	s.pgRestore(t, dump)
 	ctx := context.Background()
+	s.db.Pool.Reset() // the test's connections were killed with the old database
 	var starts int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_request_starts WHERE request_id = $1`, reqID).Scan(&starts); err != nil || starts != 0 {
 		t.Fatalf("the restored database has %d starts of the request (%v), want none", starts, err)

@@ -58,7 +58,7 @@ type Request struct {
 	// request is in the table; nil when it was not recorded. A pointer: most of the
 	// table's requests nobody reports are forward-auth ones whose body nobody reads, and
 	// held by value it made every request 136 bytes larger (403 bytes where
-	// docs/enforcer.md says 275: BenchmarkUnreportedRequestBytes).
+	// docs/enforcer.md then said 275: BenchmarkUnreportedRequestBytes).
 	read *reading
 	// older and newer link the shard's requests that no response stream follows, in
 	// admission order (the oldest is evicted first); listed says it is in that list.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // A durable start's settlement goes by request id alone: the control plane stored the
@@ -32,33 +33,41 @@ import (
 // enforcer saw the rebuild was recorded by the rebuilt database. Until 2026-12-04 those
 // settlements were quarantined, each waiting for an operator.
 //
-// Kept cheaply: a snapshot's admission instant apart, its fields are what a member's
-// requests in the same windows under the same policies share, so they are interned
-// (package unique) and a reservation holds a handle and the instant (16 bytes) instead
-// of a snapshot of its own (1.3 KB as a message, about 300 bytes marshaled). Interned
-// as a comparable struct rather than marshaled: marshaling took 2.5 µs of each
-// admission and 416 bytes of garbage, the struct's lookup 0.4 µs and none
-// (BenchmarkKeepStart, a loaded 2-core machine).
+// Kept cheaply: a snapshot's admission instant, tracking version and bucket ids apart,
+// its fields are what every member's requests in the same windows under the same
+// policies share, so they are interned (package unique) and a reservation holds a handle,
+// the instant and the tracking version (24 bytes) instead of a snapshot of its own (1.3
+// KB as a message, about 400 bytes marshaled). A bucket's id is a function of the
+// organization, the member, the timeframe and the window's start (window.BucketID, which
+// decision.Decision.Snapshot computed it with), so it is computed again from the
+// settlement's organization and member when the snapshot is built (snapshot), which is
+// only when it is sent or spooled. Until 2026-12-04's twenty-sixth session the ids and
+// the tracking version were interned too, which made every member's snapshot its own:
+// 807 bytes a member with no other request in the window (BenchmarkKeptStartsOfDistinctMembers),
+// where it now costs the handle. Interned as a comparable struct rather than marshaled:
+// marshaling took 2.5 µs of each admission and 416 bytes of garbage, the struct's lookup
+// 0.4 µs and none (BenchmarkKeepStart, a loaded 2-core machine).
 
 // startSnapshot is a durable start's admission snapshot as kept; the zero value is none.
 type startSnapshot struct {
-	shared     unique.Handle[sharedSnapshot]
-	admittedAt int64 // unix ms
+	shared          unique.Handle[sharedSnapshot]
+	admittedAt      int64 // unix ms
+	trackingVersion int64
 }
 
-// sharedSnapshot is a version-2 snapshot without its admission instant. It has room for
-// the three buckets a version-2 snapshot has (day, week, month); another is not kept.
+// sharedSnapshot is a version-2 snapshot without its admission instant, its tracking
+// version and its buckets' ids. It has room for the three buckets a version-2 snapshot
+// has (day, week, month); another is not kept.
 type sharedSnapshot struct {
-	version         int32
-	trackingVersion int64
-	buckets         [3]sharedBucket
+	version int32
+	buckets [3]sharedBucket
 }
 
 type sharedBucket struct {
-	timeframe, bucketID, policyID string
-	windowStart, windowEnd        int64
-	policyRevision, base          int64
-	hardLimit, reserveInFlight    bool
+	timeframe, policyID        string
+	windowStart, windowEnd     int64
+	policyRevision, base       int64
+	hardLimit, reserveInFlight bool
 }
 
 // keepSnapshot keeps s, or none when s is nil or not of three buckets.
@@ -67,32 +76,39 @@ func keepSnapshot(s *internalv1.Snapshot) startSnapshot {
 	if s == nil || len(bs) != 3 {
 		return startSnapshot{}
 	}
-	k := sharedSnapshot{version: s.GetVersion(), trackingVersion: s.GetTrackingVersion()}
+	k := sharedSnapshot{version: s.GetVersion()}
 	for i, b := range bs {
-		k.buckets[i] = sharedBucket{timeframe: b.GetTimeframe(), bucketID: b.GetBucketId(), policyID: b.GetPolicyId(),
+		k.buckets[i] = sharedBucket{timeframe: b.GetTimeframe(), policyID: b.GetPolicyId(),
 			windowStart: b.GetWindowStartUnixMs(), windowEnd: b.GetWindowEndUnixMs(), policyRevision: b.GetPolicyRevision(),
 			base: b.GetBaseMicroUsd(), hardLimit: b.GetHardLimit(), reserveInFlight: b.GetReserveInFlight()}
 	}
-	return startSnapshot{shared: unique.Make(k), admittedAt: s.GetAdmittedAtUnixMs()}
+	return startSnapshot{shared: unique.Make(k), admittedAt: s.GetAdmittedAtUnixMs(), trackingVersion: s.GetTrackingVersion()}
 }
 
 // kept tells whether s holds a snapshot.
 func (s startSnapshot) kept() bool { return s.shared != unique.Handle[sharedSnapshot]{} }
 
-// snapshot is the snapshot s keeps, or nil when it keeps none.
-func (s startSnapshot) snapshot() *internalv1.Snapshot {
+// snapshot is the snapshot s keeps, its buckets' ids those of the organization's member,
+// or nil when it keeps none.
+func (s startSnapshot) snapshot(orgID, memberID string) *internalv1.Snapshot {
 	if !s.kept() {
 		return nil
 	}
 	k := s.shared.Value()
-	out := &internalv1.Snapshot{Version: k.version, AdmittedAtUnixMs: s.admittedAt, TrackingVersion: k.trackingVersion,
+	out := &internalv1.Snapshot{Version: k.version, AdmittedAtUnixMs: s.admittedAt, TrackingVersion: s.trackingVersion,
 		Buckets: make([]*internalv1.SnapshotBucket, len(k.buckets))}
 	for i, b := range k.buckets {
 		out.Buckets[i] = &internalv1.SnapshotBucket{Timeframe: b.timeframe, WindowStartUnixMs: b.windowStart, WindowEndUnixMs: b.windowEnd,
-			BucketId: b.bucketID, PolicyId: b.policyID, PolicyRevision: b.policyRevision, BaseMicroUsd: b.base,
+			BucketId: window.BucketID(orgID, memberID, window.Timeframe(b.timeframe), time.UnixMilli(b.windowStart)),
+			PolicyId: b.policyID, PolicyRevision: b.policyRevision, BaseMicroUsd: b.base,
 			HardLimit: b.hardLimit, ReserveInFlight: b.reserveInFlight}
 	}
 	return out
+}
+
+// snapshotFor is the snapshot s keeps for item's request.
+func (s startSnapshot) snapshotFor(item *internalv1.SettleItem) *internalv1.Snapshot {
+	return s.snapshot(item.GetOrganizationId(), item.GetMemberId())
 }
 
 // KeepStart keeps snap, the admission snapshot of r's durable start, for the settlement
@@ -121,7 +137,7 @@ func (r *Reservation) keptStart(q *Queue) startSnapshot {
 // still holds the default settle capacity (100,000) of them.
 func (q *Queue) spoolWithStart(item *internalv1.SettleItem, start startSnapshot) spool.Ref {
 	if start.kept() && item.GetSnapshot() == nil && !item.GetVoided() {
-		item.Snapshot = start.snapshot()
+		item.Snapshot = start.snapshotFor(item)
 		defer func() { item.Snapshot = nil }()
 	}
 	ref, _ := q.spool.Append(item)
@@ -129,7 +145,7 @@ func (q *Queue) spoolWithStart(item *internalv1.SettleItem, start startSnapshot)
 }
 
 // takeSpooledStart takes the snapshot off a settlement replayed from the spool and
-// returns it kept, so that a replayed backlog holds 16 bytes a settlement instead of a
+// returns it kept, so that a replayed backlog holds 24 bytes a settlement instead of a
 // snapshot message (about 1.3 KB) until attachStarts gives it back for the call. It
 // leaves a snapshot the kept form would change (not of three buckets, fields this build
 // does not know) on the item, and a void's.
@@ -139,7 +155,7 @@ func takeSpooledStart(item *internalv1.SettleItem) startSnapshot {
 		return startSnapshot{}
 	}
 	kept := keepSnapshot(snap)
-	if !kept.kept() || !proto.Equal(kept.snapshot(), snap) {
+	if !kept.kept() || !proto.Equal(kept.snapshotFor(item), snap) {
 		return startSnapshot{}
 	}
 	item.Snapshot = nil
@@ -165,7 +181,7 @@ func (q *Queue) attachStarts(batch []*entry) []*entry {
 	for _, e := range batch {
 		before := rebuilt > 0 && e.start.admittedAt <= rebuilt+time.Second.Milliseconds()
 		if (e.again || e.restarted || before) && e.attachable() {
-			if s := e.start.snapshot(); s != nil {
+			if s := e.start.snapshotFor(e.item); s != nil {
 				e.item.Snapshot = s
 				attached = append(attached, e)
 			}

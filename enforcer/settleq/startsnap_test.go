@@ -2,7 +2,9 @@ package settleq_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // startLedger settles as the control plane does when a start may be missing: a
@@ -87,12 +90,19 @@ func (l *startLedger) snapshotsSent(id string) []*internalv1.Snapshot {
 	return out
 }
 
-// admissionSnapshot is a version-2 snapshot as the gate makes one, admitted at ms.
+// admissionSnapshot is a version-2 snapshot as the gate makes one for member om_a of
+// organization org_a (decision.Decision.Snapshot), admitted at ms.
 func admissionSnapshot(ms int64) *internalv1.Snapshot {
+	return memberSnapshot("org_a", "om_a", ms)
+}
+
+// memberSnapshot is admissionSnapshot for another member.
+func memberSnapshot(orgID, memberID string, ms int64) *internalv1.Snapshot {
 	s := &internalv1.Snapshot{Version: 2, AdmittedAtUnixMs: ms, TrackingVersion: 7}
-	for _, tf := range []string{"day", "week", "month"} {
-		s.Buckets = append(s.Buckets, &internalv1.SnapshotBucket{Timeframe: tf, WindowStartUnixMs: 1_795_900_000_000,
-			WindowEndUnixMs: 1_796_900_000_000, BucketId: "ub_" + tf + "_01m90a2n1pedwt723k5h025e2f",
+	start := time.UnixMilli(1_795_900_000_000)
+	for _, tf := range window.Timeframes {
+		s.Buckets = append(s.Buckets, &internalv1.SnapshotBucket{Timeframe: string(tf), WindowStartUnixMs: start.UnixMilli(),
+			WindowEndUnixMs: 1_796_900_000_000, BucketId: window.BucketID(orgID, memberID, tf, start),
 			PolicyId: "up_01m90a2n1pedwt723k5h025e2f", PolicyRevision: 3, BaseMicroUsd: 5_000_000, HardLimit: true})
 	}
 	return s
@@ -120,9 +130,9 @@ func TestSettlementsSentAgainCarryTheirStartsSnapshot(t *testing.T) {
 	q := runningWith(t, l, fastConfig(), metrics.Discard(), slog.New(slog.DiscardHandler))
 	durableSnap, ownSnap := admissionSnapshot(1_796_000_000_123), admissionSnapshot(1_796_000_000_456)
 	cost := int64(100)
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_durable", MemberId: "om_a", UpstreamCostMicroUsd: &cost, Complete: true}, durableSnap)
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_void", MemberId: "om_a", Voided: true}, admissionSnapshot(1))
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_failopen", MemberId: "om_a", Snapshot: ownSnap}, nil)
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_durable", OrganizationId: "org_a", MemberId: "om_a", UpstreamCostMicroUsd: &cost, Complete: true}, durableSnap)
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_void", OrganizationId: "org_a", MemberId: "om_a", Voided: true}, admissionSnapshot(1))
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_failopen", OrganizationId: "org_a", MemberId: "om_a", Snapshot: ownSnap}, nil)
 	waitIdle(t, q)
 	if first := l.snapshotsSent("req_durable"); len(first) != 1 || first[0] != nil {
 		t.Fatalf("the first sending of a durable start's settlement carried %v, want one without a snapshot", first)
@@ -155,13 +165,13 @@ func TestSettlementsOfRequestsAdmittedBeforeARebuildCarryTheirStartsSnapshot(t *
 	l := newStartLedger("req_before", "req_after")
 	q := runningWith(t, l, fastConfig(), metrics.Discard(), slog.New(slog.DiscardHandler))
 	admittedBefore := admissionSnapshot(time.Now().Add(-time.Hour).UnixMilli()) // a long stream
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_before", MemberId: "om_a"}, admittedBefore)
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_before", OrganizationId: "org_a", MemberId: "om_a"}, admittedBefore)
 	waitIdle(t, q)
 	q.SendAnsweredAgain()
 	waitIdle(t, q)
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_lost", MemberId: "om_a"}, admittedBefore) // its start in the lost tail
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_lost", OrganizationId: "org_a", MemberId: "om_a"}, admittedBefore) // its start in the lost tail
 	admittedAfter := admissionSnapshot(time.Now().Add(2 * time.Second).UnixMilli())
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_after", MemberId: "om_a"}, admittedAfter)
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_after", OrganizationId: "org_a", MemberId: "om_a"}, admittedAfter)
 	waitIdle(t, q)
 	if sent := l.snapshotsSent("req_lost"); len(sent) != 1 || !proto.Equal(sent[0], admittedBefore) {
 		t.Errorf("the settlement of a request admitted before the rebuild was sent with %v, want its start's snapshot", sent)
@@ -181,17 +191,20 @@ func TestSettlementsOfRequestsAdmittedBeforeARebuildCarryTheirStartsSnapshot(t *
 	l = newStartLedger()
 	q = runningWith(t, l, cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
 	q.SendAnsweredAgain()
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_none", MemberId: "om_a"}, admittedBefore)
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_none", OrganizationId: "org_a", MemberId: "om_a"}, admittedBefore)
 	waitIdle(t, q)
 	if sent := l.snapshotsSent("req_none"); len(sent) != 1 || sent[0] != nil {
 		t.Errorf("without a window a settlement carried %v", sent)
 	}
 }
 
-// The snapshots of a member's requests in the same windows under the same policies are
-// kept once: they differ only by their admission instants.
+// The snapshots of every member's requests in the same windows under the same
+// policies are kept once: they differ only by their admission instants, tracking
+// versions and bucket ids, which each reservation keeps or which are computed again
+// from the settlement's member. What is sent is each request's own snapshot.
 func TestKeptStartsShareTheirSnapshot(t *testing.T) {
-	q := settleq.New(newStartLedger(), fastConfig(), metrics.Discard(), slog.New(slog.DiscardHandler))
+	l := newStartLedger()
+	q := runningWith(t, l, fastConfig(), metrics.Discard(), slog.New(slog.DiscardHandler))
 	keep := func(s *internalv1.Snapshot) *settleq.Reservation {
 		res, ok := q.Reserve()
 		if !ok {
@@ -200,14 +213,35 @@ func TestKeptStartsShareTheirSnapshot(t *testing.T) {
 		res.KeepStart(s)
 		return res
 	}
-	a, b := keep(admissionSnapshot(1_796_000_000_001)), keep(admissionSnapshot(1_796_000_000_002))
+	mine, theirs := admissionSnapshot(1_796_000_000_001), memberSnapshot("org_b", "om_b", 1_796_000_000_002)
+	theirs.TrackingVersion = 99
+	a, b := keep(mine), keep(theirs)
 	other := admissionSnapshot(1_796_000_000_003)
 	other.Buckets[0].PolicyRevision = 4
 	if !settleq.ShareKeptStart(a, b) {
-		t.Errorf("two snapshots differing only by their admission instant are kept twice")
+		t.Errorf("two members' snapshots under the same policies and windows are kept twice")
 	}
 	if settleq.ShareKeptStart(a, keep(other)) {
 		t.Errorf("snapshots under different policy revisions are kept as one")
+	}
+	// Each is sent as it was admitted: a rebuild makes both settlements carry theirs.
+	q.SendAnsweredAgain()
+	for _, c := range []struct {
+		res  *settleq.Reservation
+		item *internalv1.SettleItem
+		want *internalv1.Snapshot
+	}{{a, &internalv1.SettleItem{RequestId: "req_mine", OrganizationId: "org_a", MemberId: "om_a"}, mine},
+		{b, &internalv1.SettleItem{RequestId: "req_theirs", OrganizationId: "org_b", MemberId: "om_b"}, theirs}} {
+		if err := q.Enqueue(c.item, c.res, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, q)
+	if sent := l.snapshotsSent("req_mine"); len(sent) != 1 || !proto.Equal(sent[0], mine) {
+		t.Errorf("req_mine was sent with %v, want %v", sent, mine)
+	}
+	if sent := l.snapshotsSent("req_theirs"); len(sent) != 1 || !proto.Equal(sent[0], theirs) {
+		t.Errorf("req_theirs was sent with %v, want %v", sent, theirs)
 	}
 }
 
@@ -226,4 +260,48 @@ func BenchmarkKeepStart(b *testing.B) {
 	for b.Loop() {
 		res.KeepStart(snap)
 	}
+}
+
+// BenchmarkKeptStartsOfDistinctMembers measures the memory a kept start costs when no
+// other request shares its snapshot: every reservation a different member's (ids as
+// long as the real ones), so each interns a snapshot of its own. B/member is the heap
+// each adds, its 16-byte handle included.
+//
+//	go test -run '^$' -bench KeptStartsOfDistinctMembers -benchtime 1x ./enforcer/settleq
+func BenchmarkKeptStartsOfDistinctMembers(b *testing.B) {
+	const members = 20_000
+	cfg := fastConfig()
+	cfg.Capacity = 1 << 30
+	q := settleq.New(newStartLedger(), cfg, metrics.Discard(), slog.New(slog.DiscardHandler))
+	start := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	snaps := make([]*internalv1.Snapshot, members)
+	for i := range snaps {
+		member := fmt.Sprintf("om_01kbq6e2v8f3m9x4t7c5%06d", i)
+		s := &internalv1.Snapshot{Version: 2, AdmittedAtUnixMs: start.UnixMilli() + int64(i), TrackingVersion: int64(i)}
+		for _, tf := range window.Timeframes {
+			s.Buckets = append(s.Buckets, &internalv1.SnapshotBucket{Timeframe: string(tf), WindowStartUnixMs: start.UnixMilli(),
+				WindowEndUnixMs: start.AddDate(0, 1, 0).UnixMilli(), BucketId: window.BucketID("org_01kbq6e2v8f3m9x4t7c5n0r2dh", member, tf, start),
+				PolicyId: "up_01kbq6e2v8f3m9x4t7c5n0r2dh", PolicyRevision: 3, BaseMicroUsd: 5_000_000, HardLimit: true})
+		}
+		snaps[i] = s
+	}
+	var perMember float64
+	for b.Loop() {
+		kept := make([]*settleq.Reservation, 0, members)
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for _, s := range snaps {
+			res, _ := q.Reserve()
+			res.KeepStart(s)
+			kept = append(kept, res)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perMember = float64(after.HeapAlloc-before.HeapAlloc) / members
+		for _, r := range kept {
+			r.Release()
+		}
+	}
+	b.ReportMetric(perMember, "B/member")
 }

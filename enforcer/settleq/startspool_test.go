@@ -62,12 +62,12 @@ func TestSettlementsReplayedFromTheSpoolCarryTheirStartsSnapshot(t *testing.T) {
 	q := settleq.New(down, fastConfig(), metrics.Discard(), quiet)
 	q.UseSpool(sp, nil)
 	durable := admissionSnapshot(1_796_000_000_001)
-	lost := &internalv1.SettleItem{RequestId: "req_lost", MemberId: "om_a", InputTokens: 10}
+	lost := &internalv1.SettleItem{RequestId: "req_lost", OrganizationId: "org_a", MemberId: "om_a", InputTokens: 10}
 	reserved(t, q, lost, durable)
-	reserved(t, q, &internalv1.SettleItem{RequestId: "req_void", MemberId: "om_a", Voided: true}, admissionSnapshot(1_796_000_000_002))
+	reserved(t, q, &internalv1.SettleItem{RequestId: "req_void", OrganizationId: "org_a", MemberId: "om_a", Voided: true}, admissionSnapshot(1_796_000_000_002))
 	openMode := admissionSnapshot(1_796_000_000_003)
 	openMode.Buckets[0].PolicyId = "unknown"
-	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_open", MemberId: "om_a", Snapshot: openMode}, nil, nil); err != nil {
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_open", OrganizationId: "org_a", MemberId: "om_a", Snapshot: openMode}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if lost.GetSnapshot() != nil {
@@ -140,7 +140,7 @@ func BenchmarkEnqueueSpooled(b *testing.B) {
 			for b.Loop() {
 				res, _ := q.Reserve()
 				res.KeepStart(tc.snap)
-				_ = q.Enqueue(&internalv1.SettleItem{RequestId: "req_01k7x0e5a2fq1s7b8c9d0e1f2g", MemberId: "om_a"}, res, nil)
+				_ = q.Enqueue(&internalv1.SettleItem{RequestId: "req_01k7x0e5a2fq1s7b8c9d0e1f2g", OrganizationId: "org_a", MemberId: "om_a"}, res, nil)
 			}
 			b.StopTimer()
 			waitCtx, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
