@@ -158,10 +158,10 @@ var (
 	}
 	failureReasons = []string{"controlplane", "redis", "start_queue_full", "start_queue_member_share", "start_queue_deadline",
 		"start_queue_settle_capacity", "start_queue_closed", "start_queue_cancelled"}
-	identityResults      = []string{"hit", "miss", "negative_hit"}
-	recordSources        = []string{"redis", "resolve"}
-	startRejections      = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
-	settleOutcomes       = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
+	identityResults = []string{"hit", "miss", "negative_hit"}
+	recordSources   = []string{"redis", "resolve"}
+	startRejections = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
+	settleOutcomes  = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
 	// MirrorRebuildActions: sent_again (the settlements answered in the window were
 	// sent again), not_needed (the control plane noted Postgres unchanged through a
 	// rebuild for Redis alone).
