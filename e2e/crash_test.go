@@ -237,6 +237,28 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
+// killedWithASpooledSettlement runs an enforcer with a settlement spool in its own
+// process, has it admit one of o's requests and measure its response (1,000 input
+// tokens, 500 output), and SIGKILLs it while the settlement lingers (1s) in its queue:
+// the settlement is in the spool only, its start pending. It returns the spool's
+// directory, the environment that gives the next process the same spool, and the
+// request's id.
+func killedWithASpooledSettlement(t *testing.T, s *stack, o org) (dir string, vars map[string]string, reqID string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "spool")
+	vars = map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir, "TOLLGATE_ENFORCER_SETTLE_LINGER": "1s"}
+	first := startChildEnforcer(t, s, vars)
+	reqID = admitted(t, first.view.check(t, o.key), "within_limit")
+	first.view.respond(t, reqID, "application/json", [][]byte{[]byte(openAIJSON("chatcmpl-"+reqID, 1000, 0, 500))})
+	first.kill(t)
+	st := s.status(t, o)
+	if st.Coverage.PendingRequests == nil || *st.Coverage.PendingRequests != 1 || st.Buckets[0].UsedMicroUsd != 0 {
+		t.Fatalf("after the kill: pending %v, used %d; the settlement was sent before it, so this test proves nothing",
+			st.Coverage.PendingRequests, st.Buckets[0].UsedMicroUsd)
+	}
+	return dir, vars, reqID
+}
+
 // Issue 21: a settlement the enforcer has computed survives its SIGKILL. The response
 // is measured, its settlement waits in the settle queue's linger (1s here), and the
 // process is killed: the start stays pending. The next process on the same spool
@@ -247,20 +269,8 @@ func TestKilledEnforcerSettlesWhatItMeasuredAfterRestart(t *testing.T) {
 	awayFromDayBoundary(t, time.Minute)
 	s := startStack(t)
 	o := s.setUpOrg(t)
-	dir := filepath.Join(t.TempDir(), "spool")
-	vars := map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir, "TOLLGATE_ENFORCER_SETTLE_LINGER": "1s"}
-
-	first := startChildEnforcer(t, s, vars)
-	reqID := admitted(t, first.view.check(t, o.key), "within_limit")
-	first.view.respond(t, reqID, "application/json", [][]byte{[]byte(openAIJSON("chatcmpl-crash", 1000, 0, 500))})
-	first.kill(t)
+	dir, vars, reqID := killedWithASpooledSettlement(t, s, o)
 	want := catalogCost(1000, 0, 500)
-
-	st := s.status(t, o)
-	if st.Coverage.PendingRequests == nil || *st.Coverage.PendingRequests != 1 || st.Buckets[0].UsedMicroUsd != 0 {
-		t.Fatalf("before the restart: pending %v, used %d; the settlement was sent before the kill, so this test proves nothing",
-			st.Coverage.PendingRequests, st.Buckets[0].UsedMicroUsd)
-	}
 	atKill := filepath.Join(t.TempDir(), "spool-at-kill")
 	copyDir(t, dir, atKill)
 
@@ -286,7 +296,7 @@ func TestKilledEnforcerSettlesWhatItMeasuredAfterRestart(t *testing.T) {
 		return third.view.metric(t, "tollgate_enforcer_settlements_total", `outcome="duplicate"`) == 1
 	})
 	third.stop(t)
-	st = s.status(t, o)
+	st := s.status(t, o)
 	var receipts int
 	if err := s.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM usage_receipts WHERE request_id = $1`, reqID).Scan(&receipts); err != nil {
 		t.Fatal(err)
@@ -307,16 +317,7 @@ func TestKilledEnforcersSpoolIsChargedByARestoredDatabase(t *testing.T) {
 	s := startStack(t)
 	o := s.setUpOrg(t)
 	dump := s.pgDump(t) // the organization, no request yet
-	dir := filepath.Join(t.TempDir(), "spool")
-	vars := map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": dir, "TOLLGATE_ENFORCER_SETTLE_LINGER": "1s"}
-
-	first := startChildEnforcer(t, s, vars)
-	reqID := admitted(t, first.view.check(t, o.key), "within_limit")
-	first.view.respond(t, reqID, "application/json", [][]byte{[]byte(openAIJSON("chatcmpl-restored", 1000, 0, 500))})
-	first.kill(t)
-	if st := s.status(t, o); st.Coverage.PendingRequests == nil || *st.Coverage.PendingRequests != 1 {
-		t.Fatalf("before the restore: pending %v; the settlement was sent before the kill, so this test proves nothing", st.Coverage.PendingRequests)
-	}
+	_, vars, reqID := killedWithASpooledSettlement(t, s, o)
 	s.pgRestore(t, dump)
 	ctx := context.Background()
 	s.db.Pool.Reset() // the test's connections were killed with the old database
