@@ -80,6 +80,45 @@ func TestQuarantinedSettlementsFireTollgateSettlementsNotCharged(t *testing.T) {
 	}
 }
 
+// A no_snapshot record that the request's own settlement then charged and closed (sent
+// again with its start's snapshot after a rebuild of the mirror) leaves nothing to
+// review: TollgateSettlementsNotCharged stays silent for those, and still fires when one
+// record of the same kind stays open. Until 2026-12-04 it fired for every one.
+func TestQuarantinesTheLedgerClosedItselfDoNotFireTollgateSettlementsNotCharged(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		closed, open int
+		fires        bool
+	}{{"all closed by their own settlement", 5, 0, false}, {"one left open", 4, 1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := at.New(t, at.Options{})
+			org, ms := e.Org(t, 1)
+			before := alerttest.Scrape(t, e.Registry, "controlplane")
+			for i := range tc.closed + tc.open {
+				id := at.ReqID()
+				res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: org, MemberId: ms[0],
+					UpstreamCostMicroUsd: at.Cost(700), Complete: true}})
+				if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+					t.Fatalf("settle without a snapshot: %v %v", res, err)
+				}
+				if i >= tc.closed {
+					continue
+				}
+				res, err = e.Ledger.Settle(ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: org, MemberId: ms[0],
+					UpstreamCostMicroUsd: at.Cost(700), Complete: true, Snapshot: at.Snapshot(org, ms[0], e.Clock.Now(), 0)}})
+				if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+					t.Fatalf("settle again with the snapshot: %v %v", res, err)
+				}
+			}
+			after := alerttest.Scrape(t, e.Registry, "controlplane")
+			if firing := alerttest.Firing(t, before, after); slices.Contains(firing, "TollgateSettlementsNotCharged") != tc.fires {
+				t.Fatalf("%d quarantines closed by their own settlement and %d left open every minute for 90 minutes: TollgateSettlementsNotCharged firing %v, want %v\nmoved:\n%s",
+					tc.closed, tc.open, !tc.fires, tc.fires, strings.Join(alerttest.Moved(before, after), "\n"))
+			}
+		})
+	}
+}
+
 // TestUnknownCostsFireTollgateCostsUnknown: when the enforcer no longer reads a
 // provider's usage (a changed format), settlements come with nothing to price (charged
 // 0, cost_source unknown) or with token counts it estimated from the bytes (cost basis
