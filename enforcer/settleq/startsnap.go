@@ -24,8 +24,8 @@ import (
 // been in the lost tail too). A database that still has the start ignores the snapshot.
 // The spool holds each settlement with its snapshot (spoolWithStart), and a settlement
 // replayed from it is always sent with it: an enforcer that crashed in the outage that
-// replaced Postgres is not there to attach it (since 2026-12-04's second session; until
-// then such a replay was quarantined).
+// replaced Postgres is not there to attach it (since 2026-12-04's twenty-sixth session;
+// until then such a replay was quarantined).
 // Not every settlement in a window after the rebuild: with a snapshot a duplicate costs
 // the control plane more than twice as much (a snapshot it parses, an event it tries to
 // create, a quarantine it reads: BenchmarkSettleAgain in controlplane/internalapi, 63.9
@@ -46,7 +46,7 @@ import (
 // 807 bytes a member with no other request in the window (BenchmarkKeptStartsOfDistinctMembers),
 // where it now costs the handle. Interned as a comparable struct rather than marshaled:
 // marshaling took 2.5 µs of each admission and 416 bytes of garbage, the struct's lookup
-// 0.4 µs and none (BenchmarkKeepStart, a loaded 2-core machine).
+// 0.15 - 0.4 µs and none (BenchmarkKeepStart, loaded 2-core machines).
 
 // startSnapshot is a durable start's admission snapshot as kept; the zero value is none.
 type startSnapshot struct {
