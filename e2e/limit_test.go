@@ -340,8 +340,7 @@ func flushedMirrorNeverAdmitsOnInventedZero(t *testing.T, s *stack) {
 	}
 
 	// 2. Redis lost every key of this installation, the generation marker included (a
-	// FLUSHDB, limited to this test's prefix). (An enforcer that saw no generation at
-	// its start counts the first one as a rebuild: the counts below are from here.)
+	// FLUSHDB, limited to this test's prefix). The counts below are from here.
 	sentAgain := func() (n float64) {
 		for _, outcome := range []string{"duplicate", "settled", "promoted", "no_snapshot", "unanswered"} {
 			n += s.metric(t, "tollgate_enforcer_settle_sent_again_total", `outcome="`+outcome+`"`)

@@ -68,9 +68,10 @@ type Reader struct {
 
 	// gen is the generation last seen; nil until the first successful poll.
 	gen atomic.Pointer[string]
-	// rebuilt is OnRebuild's function.
-	rebuilt atomic.Pointer[func(postgresKept bool)]
-	nudge   chan struct{}
+	// rebuilt is OnRebuild's function; sawGeneration is set once a poll found one.
+	rebuilt       atomic.Pointer[func(postgresKept bool)]
+	sawGeneration atomic.Bool
+	nudge         chan struct{}
 	// doubt is set while the mirror may serve records a dead master acknowledged but
 	// never replicated (see masters.go): from a Redis error, or a replaced master seen
 	// by the watcher, until the watcher finds the same masters again or the control
@@ -341,12 +342,13 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrRedis, err)
 	}
 	old := r.gen.Swap(&g)
+	sawBefore := g != "" && r.sawGeneration.Swap(true)
 	if g == "" && (old == nil || *old != "") {
 		r.m.RedisGenerationLost.Inc()
 		r.log.Warn("mirror generation missing: Redis lost its data or was never synced; resolving every record through the control plane until it resyncs")
 	} else if old != nil && *old != g {
 		r.log.Info("mirror generation changed", "generation", g)
-		if f := r.rebuilt.Load(); f != nil && g != "" {
+		if f := r.rebuilt.Load(); f != nil && sawBefore {
 			// A note that cannot be read is doubt: the settlements are sent again.
 			kept, err := r.layout.PostgresKeptThrough(ctx, r.rdb, g)
 			go (*f)(kept && err == nil)
@@ -356,8 +358,9 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 }
 
 // OnRebuild has f called, in a goroutine of its own, each time the watcher sees the
-// mirror rebuilt under a new generation after it had seen another (or none, Redis
-// having lost its data): the control plane does that when Redis lost its data, when a
+// mirror rebuilt under a new generation after it had seen another (or none since,
+// Redis having lost its data; not the first generation of a process that started
+// while Redis had none, which has answered nothing to send again): the control plane does that when Redis lost its data, when a
 // Redis master was replaced and when Postgres was replaced (a promoted replica, a
 // restore), never on its own restarts. postgresKept is the control plane's note of the
 // rebuild (mirror.Layout.PostgresKeptThrough): true when it was for Redis alone and

@@ -289,9 +289,9 @@ func TestFirstLookComparesWithTheNotedMasters(t *testing.T) {
 	}
 }
 
-// OnRebuild's function runs for each new generation after another was seen (or none,
-// Redis having lost its data), never for the first one seen, an unchanged one, or the
-// generation's loss itself. It is told Postgres was kept only when the control plane
+// OnRebuild's function runs for each new generation after another was seen (or none
+// since, Redis having lost its data), never for the first one seen (also after a start
+// that found none), an unchanged one, or the generation's loss itself. It is told Postgres was kept only when the control plane
 // noted so for that very generation.
 func TestOnRebuildRunsForEachNewGeneration(t *testing.T) {
 	rdb, l := testredis.New(t)
@@ -305,7 +305,8 @@ func TestOnRebuildRunsForEachNewGeneration(t *testing.T) {
 		note     int    // the control plane's note of the rebuild under gen, written first
 		rebuild  bool
 		wantKept bool
-	}{{"g1", none, false, false}, {"g1", none, false, false}, {"g2", none, true, false}, {"", none, false, false},
+	}{{"", none, false, false}, {"g1", none, false, false}, // started while Redis had none: no rebuild
+		{"g1", none, false, false}, {"g2", none, true, false}, {"", none, false, false},
 		{"g3", kept, true, true}, {"g3", none, false, false}, {"g4", doubt, true, false},
 		{"g5", none, true, false}, // the note is g4's
 	} {
