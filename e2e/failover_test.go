@@ -333,6 +333,15 @@ func failoverUnderLoad(t *testing.T, topo *topology) {
 	if got := s.metric(t, "tollgate_enforcer_record_reads_total", `source="redis"`); got <= readsBefore {
 		t.Errorf("no record read from Redis after the failover (%v, before %v)", got, readsBefore)
 	}
+	// The mirror was rebuilt for the replaced master, a rebuild for Redis alone: the
+	// control plane found Postgres as it was, and the enforcer sent nothing again
+	// (docs/redis.md, "What a rebuild tells the enforcers").
+	waitFor(t, 15*time.Second, "the enforcer to see the rebuild for the replaced master", func() bool {
+		return s.metric(t, "tollgate_enforcer_mirror_rebuilds_total", `settlements="not_needed"`) >= 1
+	})
+	if n := s.metric(t, "tollgate_enforcer_mirror_rebuilds_total", `settlements="sent_again"`); n != 0 {
+		t.Errorf("%v rebuilds sent the enforcer's settlements again after a Redis failover, Postgres untouched", n)
+	}
 	// The invalidation channel works again too: an approved extension (1.2 USD spent of
 	// 1.25) is announced and admits at once, the record written to the new master.
 	var asked, approved resetRequest
