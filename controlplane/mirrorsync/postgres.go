@@ -30,10 +30,16 @@ func (w *Writer) postgresReplaced(ctx context.Context, cur string) (id mirror.Po
 	}
 	compared := ok && gen == cur
 	replaced = compared && noted.Replaced(id)
-	// kept: compared whole with the note or with this process's last read, and
-	// neither says another database.
-	kept = id.Whole() && !replaced && (compared && noted.Whole() || seenOK) && !(seenOK && seen.Replaced(id))
-	return id, replaced, kept, nil
+	return id, replaced, sameDatabase(id, noted, compared, seen, seenOK), nil
+}
+
+// sameDatabase reports whether id, read whole, is the database that earlier reads saw:
+// the note taken under the current generation (noteOK) and this process's last whole
+// read (seenOK). At least one must have been compared whole, and neither may say
+// another database.
+func sameDatabase(id, noted mirror.PostgresIdentity, noteOK bool, seen mirror.PostgresIdentity, seenOK bool) bool {
+	witnessed := noteOK && noted.Whole() || seenOK
+	return id.Whole() && witnessed && !(noteOK && noted.Replaced(id)) && !(seenOK && seen.Replaced(id))
 }
 
 // postgresKept reads the database's identity and reports whether it is, whole, the one
@@ -41,7 +47,7 @@ func (w *Writer) postgresReplaced(ctx context.Context, cur string) (id mirror.Po
 // with it. A process that has read none (just started) cannot tell.
 func (w *Writer) postgresKept(ctx context.Context) bool {
 	id, seen, seenOK, err := w.readPostgres(ctx)
-	return err == nil && seenOK && id.Whole() && !seen.Replaced(id)
+	return err == nil && sameDatabase(id, mirror.PostgresIdentity{}, false, seen, seenOK)
 }
 
 // readPostgres reads the database's identity now and returns it with the one this

@@ -39,7 +39,7 @@ func (q *Queue) answeredFor(e *entry, r Result, now time.Time) answeredItem {
 		return answeredItem{} // not a settlement that could have been sent
 	}
 	kept := answeredItem{at: at, item: b}
-	if e.attachable() {
+	if attachable(e.start, e.item) {
 		kept.start = e.start
 	}
 	return kept

@@ -136,7 +136,7 @@ func (r *Reservation) keptStart(q *Queue) startSnapshot {
 // stays without it. About 400 more bytes a record on disk: the default spool (64 MiB)
 // still holds the default settle capacity (100,000) of them.
 func (q *Queue) spoolWithStart(item *internalv1.SettleItem, start startSnapshot) spool.Ref {
-	if start.kept() && item.GetSnapshot() == nil && !item.GetVoided() {
+	if attachable(start, item) {
 		item.Snapshot = start.snapshotFor(item)
 		defer func() { item.Snapshot = nil }()
 	}
@@ -162,10 +162,11 @@ func takeSpooledStart(item *internalv1.SettleItem) startSnapshot {
 	return kept
 }
 
-// attachable tells whether e's settlement may carry its start's snapshot: it has none
-// of its own (a fail-open admission's), and it is not a void, which carries none.
-func (e *entry) attachable() bool {
-	return e.start.kept() && e.item.GetSnapshot() == nil && !e.item.GetVoided()
+// attachable tells whether item may carry start, its start's snapshot: one is kept, the
+// item has none of its own (a fail-open admission's), and it is not a void, which
+// carries none.
+func attachable(start startSnapshot, item *internalv1.SettleItem) bool {
+	return start.kept() && item.GetSnapshot() == nil && !item.GetVoided()
 }
 
 // attachStarts gives the settlements of batch that are sent again, and those of the
@@ -180,7 +181,7 @@ func (q *Queue) attachStarts(batch []*entry) []*entry {
 	var attached []*entry
 	for _, e := range batch {
 		before := rebuilt > 0 && e.start.admittedAt <= rebuilt+time.Second.Milliseconds()
-		if (e.again || e.restarted || before) && e.attachable() {
+		if (e.again || e.restarted || before) && attachable(e.start, e.item) {
 			if s := e.start.snapshotFor(e.item); s != nil {
 				e.item.Snapshot = s
 				attached = append(attached, e)
