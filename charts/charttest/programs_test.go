@@ -190,6 +190,9 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		{"enforcer", "enforcer.gateway.headerTimeout", "TOLLGATE_GATEWAY_HEADER_TIMEOUT", gateway, []string{"0s", "1ms", "10m"}},
 		{"enforcer", "enforcer.gateway.idleTimeout", "TOLLGATE_GATEWAY_IDLE_TIMEOUT", gateway, []string{"0s", "1ms", "5m"}},
 		{"enforcer", "enforcer.gateway.bodyTimeout", "TOLLGATE_GATEWAY_BODY_TIMEOUT", gateway, []string{"0s", "0.0s", "1ms", "30s"}},
+		// The settle capacity: at least the start capacity (every queued start reserves a settlement).
+		{"enforcer", "enforcer.settleCapacity", "TOLLGATE_ENFORCER_SETTLE_CAPACITY", nil, []string{"1", "4095", "4096", "100000"}},
+		{"enforcer", "enforcer.settleCapacity", "TOLLGATE_ENFORCER_SETTLE_CAPACITY", sidecar, []string{"4095", "4096"}},
 	} {
 		for _, v := range tc.values {
 			args := append(slices.Clone(tc.args), "--set", tc.value+"="+v)

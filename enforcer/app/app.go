@@ -108,6 +108,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	} else if sp, pending, err = spool.Open(spool.Config{Dir: cfg.SettleSpoolDir, MaxBytes: int64(cfg.SettleSpoolMaxBytes)}, m, log); err != nil {
 		rdb.Close()
 		return err
+	} else if warning := cfg.SpoolShortfall(); warning != "" {
+		log.Warn(warning)
 	}
 	closeSpool := func() {
 		if sp != nil {

@@ -195,6 +195,21 @@ func (c Config) InflightLimit() int {
 // Speculate reports whether checks send speculative starts.
 func (c Config) Speculate() bool { return c.SpeculativeStarts == "on" }
 
+// SpoolShortfall is the warning for a spool too small for the settle capacity (""
+// when it holds it, or there is no spool): a settlement queued past the spool's bound
+// waits in memory only, so a crash in a long control plane outage would lose it.
+// Not an error: the spool is bounded by the disk, which an operator may not be able
+// to grow, and everything the capacity holds is still sent while the process lives.
+func (c Config) SpoolShortfall() string {
+	need := int64(c.SettleCapacity) * settleq.SpoolBytesPerSettlement
+	if c.SettleSpoolDir == "" || int64(c.SettleSpoolMaxBytes) >= need {
+		return ""
+	}
+	return fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES %d holds about %d settlements, fewer than TOLLGATE_ENFORCER_SETTLE_CAPACITY %d: "+
+		"in a long control plane outage the rest wait in memory only, and a crash loses them; set it to %d (%d bytes a settlement) or lower the capacity",
+		c.SettleSpoolMaxBytes, int64(c.SettleSpoolMaxBytes)/settleq.SpoolBytesPerSettlement, c.SettleCapacity, need, settleq.SpoolBytesPerSettlement)
+}
+
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 
@@ -243,7 +258,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", durationEnv("TOLLGATE_ENFORCER_CHECK_TIMEOUT", gate.DefaultCheckTimeout), "longest a check waits on Redis and the control plane altogether, when its caller sends no deadline (HTTP /check, the gateway; a gRPC check's deadline, Envoy's grpc-timeout, less a margin bounds it otherwise); past it the check is answered by the failure mode (503 in closed mode, admitted in open mode); keep it under the proxy's check timeout (TOLLGATE_ENFORCER_CHECK_TIMEOUT)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
-	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", 100_000), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
+	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", settleq.DefaultConfig.Capacity), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
 	fs.DurationVar(&c.SettleLinger, "settle-linger", durationEnv("TOLLGATE_ENFORCER_SETTLE_LINGER", settleq.DefaultConfig.Linger), "how long a settlement call waits to gather more settlements; later spend in the mirror for less control-plane CPU; 0 sends at once (TOLLGATE_ENFORCER_SETTLE_LINGER)")
 	fs.StringVar(&c.SettleSpoolDir, "settle-spool-dir", env("TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", ""), "directory of the settlement spool: settlements are written there before they are queued and sent again after a crash; empty turns it off (TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR)")
 	fs.IntVar(&c.SettleSpoolMaxBytes, "settle-spool-max-bytes", intEnv("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", int(spool.DefaultConfig.MaxBytes)), "most bytes the settlement spool takes on disk; settlements past it are queued unspooled and counted (TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES)")

@@ -2,12 +2,15 @@ package app
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
@@ -159,5 +162,33 @@ func TestSpeculativeStartsConfig(t *testing.T) {
 	}
 	if c, err := parseConfig([]string{"--speculative-starts=off"}, func(string) string { return "" }, io.Discard); err != nil || c.Speculate() {
 		t.Errorf("--speculative-starts=off: speculate %v, err %v", c.Speculate(), err)
+	}
+}
+
+// TestSpoolShortfall: the enforcer warns at start of a spool that cannot hold what
+// the settle capacity lets wait unanswered; the defaults hold it, and without a spool
+// there is nothing to size (its own warning says so).
+func TestSpoolShortfall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"defaults", map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": "/spool"}, ""},
+		{"no spool", map[string]string{"TOLLGATE_ENFORCER_SETTLE_CAPACITY": "1000000"}, ""},
+		{"capacity raised alone", map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": "/spool", "TOLLGATE_ENFORCER_SETTLE_CAPACITY": "200000"},
+			fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES 67108864 holds about %d settlements, fewer than TOLLGATE_ENFORCER_SETTLE_CAPACITY 200000: "+
+				"in a long control plane outage the rest wait in memory only, and a crash loses them; set it to %d (%d bytes a settlement) or lower the capacity",
+				67108864/settleq.SpoolBytesPerSettlement, 200000*settleq.SpoolBytesPerSettlement, settleq.SpoolBytesPerSettlement)},
+		{"both raised", map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": "/spool", "TOLLGATE_ENFORCER_SETTLE_CAPACITY": "200000",
+			"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES": strconv.Itoa(200000 * settleq.SpoolBytesPerSettlement)}, ""},
+	} {
+		c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := c.SpoolShortfall(); got != tc.want {
+			t.Errorf("%s: warning %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

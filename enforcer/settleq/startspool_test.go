@@ -190,6 +190,10 @@ func TestDefaultSpoolHoldsTheDefaultCapacityWithStarts(t *testing.T) {
 	if perRecord < 500 {
 		t.Fatalf("%d bytes a spooled settlement: its start's snapshot is missing", perRecord)
 	}
+	if perRecord > settleq.SpoolBytesPerSettlement {
+		t.Errorf("%d bytes a spooled settlement, over settleq.SpoolBytesPerSettlement %d: raise it (the chart's spool check and the enforcer's warning use it)",
+			perRecord, settleq.SpoolBytesPerSettlement)
+	}
 	if held := spool.DefaultConfig.MaxBytes / perRecord; held < int64(settleq.DefaultConfig.Capacity) {
 		t.Errorf("the default spool holds %d settlements of %d bytes, under the default settle capacity %d",
 			held, perRecord, settleq.DefaultConfig.Capacity)

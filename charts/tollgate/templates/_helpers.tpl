@@ -320,6 +320,8 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- if and .sidecar $e.sidecar.bindLoopback }}{{ $bind = "127.0.0.1" }}{{ end -}}
 {{- include "tollgate.checkShutdown" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.checkGoMemLimit" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
+{{- include "tollgate.enforcer.checkMemory" $root -}}
+{{- include "tollgate.enforcer.checkSpool" $root -}}
 {{- include "tollgate.checkDuration" (dict "value" $e.redisCheckTimeout "values" "enforcer.redisCheckTimeout" "program" "enforcer" "min" "10ms" "max" "10s" "problem" "TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s") -}}
 name: enforcer
 image: {{ include "tollgate.image" $root }}
@@ -382,6 +384,10 @@ env:
   {{- end }}
   {{- end }}
   {{- with include "tollgate.gateway.env" (dict "ctx" $root "sidecar" .sidecar) | trim }}{{ . | nindent 2 }}{{ end }}
+  {{- if hasKey $e "settleCapacity" }}
+  - name: TOLLGATE_ENFORCER_SETTLE_CAPACITY
+    value: {{ $e.settleCapacity | int64 | quote }}
+  {{- end }}
   {{- if $e.settleSpool.enabled }}
   - name: TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR
     value: {{ include "tollgate.settleSpool.dir" . }}
@@ -428,24 +434,33 @@ in whole units (256Mi, 1Gi, 512M); "" when it is neither (no check is made then)
 {{- end -}}
 
 {{/*
-The GOMEMLIMIT a program gets, as JSON: the last GOMEMLIMIT of its extraEnv with a
-value (Kubernetes gives the program the last one), else goRuntime.memoryLimit;
-value "" for none. what names it where a message says what it is over, label where
-it is the value at fault, setter what to change. (dict "c" .Values.x "values" "x").
+A setting a program gets from a chart value that extraEnv can override, as JSON:
+the last variable .name of .c.extraEnv with a value (Kubernetes gives the program
+the last one), else .value; value "" for none. what names it where a message says
+what it is over or at fault, setter what to change, fromEnv whether extraEnv set it.
+(dict "c" .Values.x "values" "x" "name" "GOMEMLIMIT" "value" v "setter" "x.goRuntime.memoryLimit").
+*/}}
+{{- define "tollgate.envSetting" -}}
+{{- $r := dict "value" (toString (.value | default "")) "setter" .setter "fromEnv" false -}}
+{{- $_ := set $r "what" (printf "%s %s" .setter $r.value) -}}
+{{- range .c.extraEnv -}}
+{{- if and (kindIs "map" .) (eq (toString .name) $.name) .value -}}
+{{- $_ = set $r "value" (toString .value) -}}
+{{- $_ = set $r "what" (printf "%s=%s of %s.extraEnv" $.name $r.value $.values) -}}
+{{- $_ = set $r "setter" (printf "the %s of %s.extraEnv" $.name $.values) -}}
+{{- $_ = set $r "fromEnv" true -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $r -}}
+{{- end -}}
+
+{{/*
+The GOMEMLIMIT a program gets (tollgate.envSetting), with label, the value at fault
+as a message names it. (dict "c" .Values.x "values" "x").
 */}}
 {{- define "tollgate.goMemLimit" -}}
-{{- $r := dict "value" (toString (.c.goRuntime.memoryLimit | default "")) -}}
-{{- $_ := set $r "what" (printf "%s.goRuntime.memoryLimit %s" .values $r.value) -}}
-{{- $_ = set $r "label" (printf "%s.goRuntime.memoryLimit %s (GOMEMLIMIT)" .values $r.value) -}}
-{{- $_ = set $r "setter" (printf "%s.goRuntime.memoryLimit" .values) -}}
-{{- range .c.extraEnv -}}
-{{- if and (kindIs "map" .) (eq (toString .name) "GOMEMLIMIT") .value -}}
-{{- $_ = set $r "value" (toString .value) -}}
-{{- $_ = set $r "what" (printf "GOMEMLIMIT=%s of %s.extraEnv" $r.value $.values) -}}
-{{- $_ = set $r "label" $r.what -}}
-{{- $_ = set $r "setter" (printf "the GOMEMLIMIT of %s.extraEnv" $.values) -}}
-{{- end -}}
-{{- end -}}
+{{- $r := include "tollgate.envSetting" (dict "c" .c "values" .values "name" "GOMEMLIMIT" "value" .c.goRuntime.memoryLimit "setter" (printf "%s.goRuntime.memoryLimit" .values)) | fromJson -}}
+{{- $_ := set $r "label" (ternary $r.what (printf "%s (GOMEMLIMIT)" $r.what) $r.fromEnv) -}}
 {{- toJson $r -}}
 {{- end -}}
 
@@ -466,17 +481,18 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{- end -}}
 
 {{/*
-The gateway's stream bound must fit the enforcer's memory: a proxied request holds
-about 51 KiB while it waits (docs/gateway.md, "Memory per stream"), budgeted at
-enforcer.gateway.memoryPerStream (64Ki by default; 96Ki behind an HTTPS upstream
-that speaks only HTTP/1.1, or one that compresses streams it was asked not to), over
-a base of 32 MiB. The bound is checked against the lower of GOMEMLIMIT
-(enforcer.goRuntime.memoryLimit) and 80% of the container's memory limit, each when
-set: past GOMEMLIMIT the collector runs without end, past the container's limit the
-kernel kills it, either way with every stream it holds, where the bound would have
-answered 503 busy.
+The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 1100 bytes for
+each settlement of its settle capacity (settleq.HeapBytesPerSettlement: one waiting
+unanswered and one kept for a rebuild), and with the gateway,
+enforcer.gateway.memoryPerStream for each of its maxStreams (64Ki by default; 96Ki
+behind an HTTPS upstream that speaks only HTTP/1.1, or one that compresses streams
+it was asked not to: docs/gateway.md, "Memory per stream"). Checked against the lower
+of GOMEMLIMIT (enforcer.goRuntime.memoryLimit) and 80% of the container's memory
+limit, each when set: past GOMEMLIMIT the collector runs without end, past the
+container's limit the kernel kills it, either way with every stream and settlement
+it holds, where the bounds would have answered 503.
 */}}
-{{- define "tollgate.gateway.checkMemory" -}}
+{{- define "tollgate.enforcer.checkMemory" -}}
 {{- $e := .Values.enforcer -}}
 {{- $g := include "tollgate.goMemLimit" (dict "c" $e "values" "enforcer") | fromJson -}}
 {{- $limit := include "tollgate.bytes" $g.value -}}
@@ -489,16 +505,68 @@ answered 503 busy.
 {{- $what = printf "80%% of enforcer.resources.limits.memory %s" $e.resources.limits.memory -}}
 {{- end -}}
 {{- end -}}
+{{- $c := include "tollgate.enforcer.settleCapacity" . | fromJson -}}
+{{- $settlements := mul (int64 ($c.value | default "0")) 1100 -}}
 {{- $perStream := include "tollgate.bytes" ($e.gateway.memoryPerStream | default "64Ki") -}}
 {{- if not $perStream -}}
 {{- fail (printf "enforcer.gateway.memoryPerStream %q is no memory quantity (such as 64Ki or 96Ki)" (toString $e.gateway.memoryPerStream)) -}}
 {{- end -}}
 {{- if $limit -}}
-{{- $streams := int64 $e.gateway.maxStreams -}}
-{{- $need := add 33554432 (mul $streams (int64 $perStream)) -}}
+{{- $streams := ternary (int64 $e.gateway.maxStreams) 0 (and $e.gateway.enabled true) -}}
+{{- $need := add 33554432 $settlements (mul $streams (int64 $perStream)) -}}
 {{- if gt (int64 $need) (int64 $limit) -}}
-{{- $fits := div (sub (int64 $limit) 33554432) (int64 $perStream) -}}
-{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (32 MiB and %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) (div (int64 $perStream) 1024) $what (max $fits 0)) -}}
+{{- if $e.gateway.enabled -}}
+{{- $fits := div (sub (sub (int64 $limit) 33554432) $settlements) (int64 $perStream) -}}
+{{- $own := "32 MiB" -}}
+{{- if $c.value -}}
+{{- $own = printf "32 MiB; %d MiB for %s, 1100 bytes a settlement: docs/enforcer.md, \"Memory\"" (div $settlements 1048576) $c.what -}}
+{{- end -}}
+{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) $own (div (int64 $perStream) 1024) $what (max $fits 0)) -}}
+{{- else -}}
+{{- $fits := div (sub (int64 $limit) 33554432) 1100 -}}
+{{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and 1100 bytes a settlement: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $c.what (div $need 1048576) $what (max $fits 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The settle capacity the enforcer gets (tollgate.envSetting of
+TOLLGATE_ENFORCER_SETTLE_CAPACITY), a whole number, as JSON; value "" when neither
+sets it: values reused from a release before 2026-12-04 (helm upgrade
+--reuse-values) have no enforcer.settleCapacity. Their enforcer keeps the program's
+default, and its memory and spool are checked as that release checked them (the
+streams only), since such an upgrade changes neither; the new values check them.
+*/}}
+{{- define "tollgate.enforcer.settleCapacity" -}}
+{{- $e := .Values.enforcer -}}
+{{- $set := ternary (toString (int64 $e.settleCapacity)) "" (hasKey $e "settleCapacity") -}}
+{{- $c := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_SETTLE_CAPACITY" "value" $set "setter" "enforcer.settleCapacity") | fromJson -}}
+{{- if and $c.value (not (regexMatch "^[1-9][0-9]*$" $c.value)) -}}
+{{- fail (printf "%s: TOLLGATE_ENFORCER_SETTLE_CAPACITY must be a positive whole number" $c.what) -}}
+{{- end -}}
+{{- /* The enforcer's own bound (enforcer/app/config.go), over its default start capacity or extraEnv's. */ -}}
+{{- $start := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_START_CAPACITY" "value" "4096" "setter" "") | fromJson -}}
+{{- if and $c.value (regexMatch "^[0-9]+$" $start.value) (lt (int64 $c.value) (int64 $start.value)) -}}
+{{- fail (printf "%s: TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)" $c.what) -}}
+{{- end -}}
+{{- toJson $c -}}
+{{- end -}}
+
+{{/*
+The spool must hold what the settle capacity lets wait unanswered: 600 bytes a
+settlement with its start's snapshot (settleq.SpoolBytesPerSettlement; docs/enforcer.md,
+"Crashes"). Past its bound, settlements wait in memory only, and a crash in a long
+control plane outage loses them. The enforcer warns of the same at start.
+*/}}
+{{- define "tollgate.enforcer.checkSpool" -}}
+{{- $e := .Values.enforcer -}}
+{{- $c := include "tollgate.enforcer.settleCapacity" . | fromJson -}}
+{{- if and $e.settleSpool.enabled $c.value -}}
+{{- $s := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES" "value" (int64 $e.settleSpool.maxBytes) "setter" "enforcer.settleSpool.maxBytes") | fromJson -}}
+{{- $need := mul (int64 $c.value) 600 -}}
+{{- if and (regexMatch "^[0-9]+$" $s.value) (lt (int64 $s.value) $need) -}}
+{{- fail (printf "%s holds about %d settlements, fewer than %s: in a long control plane outage the rest wait in memory only, and a crash loses them. Set %s to %d (600 bytes a settlement: docs/enforcer.md, \"Crashes\"), or lower the capacity" $s.what (div (int64 $s.value) 600) $c.what $s.setter $need) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -518,7 +586,6 @@ answered 503 busy.
 {{- if and $auth.name (not $g.upstream) }}
 {{- fail "secrets.gatewayUpstreamAuthorization is the credential of enforcer.gateway.upstream, which is empty; give each of enforcer.gateway.routes its credentialSecret" }}
 {{- end }}
-{{- include "tollgate.gateway.checkMemory" $root }}
 {{- /* enforcer/app/gateway_config.go refuses a timeout that is not positive. */}}
 {{- range $key, $env := dict "connectTimeout" "CONNECT" "headerTimeout" "HEADER" "idleTimeout" "IDLE" "bodyTimeout" "BODY" }}
 {{- include "tollgate.checkDuration" (dict "value" (get $g $key) "values" (printf "enforcer.gateway.%s" $key) "program" "enforcer" "min" "1ns" "problem" (printf "TOLLGATE_GATEWAY_%s_TIMEOUT: must be positive" $env)) }}
