@@ -11,7 +11,8 @@ import (
 
 // TestEnforcerSizingIsTheMeasuredOne: the chart's checks of the enforcer's memory and
 // spool use the sizing the enforcer's own tests hold to measurements
-// (settleq.HeapBytesPerSettlement, settleq.SpoolBytesPerSettlement), and its default
+// (settleq.HeapBytesPerSettlement, fail-open settleq.HeapBytesPerFailOpenSettlement,
+// settleq.SpoolBytesPerSettlement), and its default
 // settle capacity is the program's. Each check is probed at its edge: the largest
 // capacity that fits renders, one more is refused naming that largest one.
 func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
@@ -23,14 +24,17 @@ func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
 
 	const base = 32 << 20 // the enforcer's own, besides its settlements and streams
 	limit := int64(512 << 20)
-	edge := (limit - base) / settleq.HeapBytesPerSettlement
-	memory := []string{"--set", "enforcer.goRuntime.memoryLimit=512MiB", "--set", "enforcer.resources.limits.memory=1Gi", "--set", "enforcer.settleSpool.enabled=false"}
-	if _, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=s", "--set", fmt.Sprintf("enforcer.settleCapacity=%d", edge)}, memory...)...); err != nil {
-		t.Errorf("a settle capacity of %d (%d bytes each and 32 MiB within 512MiB) was refused: %v", edge, settleq.HeapBytesPerSettlement, err)
-	}
-	_, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=s", "--set", fmt.Sprintf("enforcer.settleCapacity=%d", edge+1)}, memory...)...)
-	if want := fmt.Sprintf("lower it to %d or fewer", edge); err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("a settle capacity of %d: %v, want it refused: %q", edge+1, err, want)
+	for mode, per := range map[string]int64{"closed": settleq.HeapBytesPerSettlement, "open": settleq.HeapBytesPerFailOpenSettlement} {
+		edge := (limit - base) / per
+		memory := []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.failureMode=" + mode,
+			"--set", "enforcer.goRuntime.memoryLimit=512MiB", "--set", "enforcer.resources.limits.memory=1Gi", "--set", "enforcer.settleSpool.enabled=false"}
+		if _, err := render(t, helm, append(memory, "--set", fmt.Sprintf("enforcer.settleCapacity=%d", edge))...); err != nil {
+			t.Errorf("failure mode %s: a settle capacity of %d (%d bytes each and 32 MiB within 512MiB) was refused: %v", mode, edge, per, err)
+		}
+		_, err := render(t, helm, append(memory, "--set", fmt.Sprintf("enforcer.settleCapacity=%d", edge+1))...)
+		if want := fmt.Sprintf("lower it to %d or fewer", edge); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("failure mode %s: a settle capacity of %d: %v, want it refused: %q", mode, edge+1, err, want)
+		}
 	}
 
 	const capacity = 150_000

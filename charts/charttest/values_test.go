@@ -136,6 +136,9 @@ func TestValuesRejected(t *testing.T) {
 		// plane that stops answering leaves that many settlements waiting in memory.
 		{"settle capacity beyond GOMEMLIMIT", append(ok, "--set", "enforcer.settleCapacity=500000"),
 			"enforcer.settleCapacity 500000 needs about 556 MiB of the enforcer's memory (32 MiB and 1100 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 320MiB: lower it to 274536 or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it"},
+		// Fail-open, each settlement carries its own snapshot: the default gateway does not fit.
+		{"gateway streams fail-open", append(gw, "--set", "enforcer.failureMode=open"),
+			"enforcer.gateway.maxStreams 2000 needs about 366 MiB of the enforcer's memory (32 MiB; 209 MiB for enforcer.settleCapacity 100000, 2200 bytes a settlement fail-open: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 320MiB: lower maxStreams to 1251 or fewer"},
 		{"settle capacity of extraEnv beyond GOMEMLIMIT, in sidecar mode", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=400000"),
 			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=400000 of enforcer.extraEnv needs about 451 MiB of the enforcer's memory"},
 		{"settle capacity of extraEnv in words", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=lots"),
@@ -312,6 +315,8 @@ func TestValuesAccepted(t *testing.T) {
 		{"GOMEMLIMIT without a memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits=null", "--set", "enforcer.goRuntime.memoryLimit=4GiB"}},
 		{"settle capacity above a start capacity lowered in extraEnv", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=2000",
 			"--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_START_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=1000"}},
+		{"fail-open gateway with a smaller settle capacity", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
+			"--set", "enforcer.failureMode=open", "--set", "enforcer.settleCapacity=50000"}},
 		{"spool raised with the settle capacity", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=200000", "--set", "enforcer.settleSpool.maxBytes=120000000"}},
 		{"a large settle capacity without a spool", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=200000", "--set", "enforcer.settleSpool.enabled=false"}},
 		{"a large settle capacity with the memory for it", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=1000000", "--set", "enforcer.settleSpool.maxBytes=600000000",

@@ -15,6 +15,13 @@ const (
 	// never both. At the default capacity, 100,000, that is about 105 MiB.
 	HeapBytesPerSettlement = 1100
 
+	// HeapBytesPerFailOpenSettlement is HeapBytesPerSettlement for an enforcer that
+	// admits without a durable start (TOLLGATE_FAILURE_MODE=open) through a long
+	// control plane outage: each settlement then carries its own admission snapshot,
+	// queued and kept (1,417 and 662 bytes with a policy of three timeframes:
+	// BenchmarkQueuedSettlementBytes/fail-open).
+	HeapBytesPerFailOpenSettlement = 2200
+
 	// SpoolBytesPerSettlement is a settlement's record in the spool with its start's
 	// snapshot (575 bytes for a real policy's three buckets): a spool of
 	// capacity × this holds every settlement the capacity lets wait unanswered.

@@ -483,7 +483,8 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{/*
 The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 1100 bytes for
 each settlement of its settle capacity (settleq.HeapBytesPerSettlement: one waiting
-unanswered and one kept for a rebuild), and with the gateway,
+unanswered and one kept for a rebuild; 2200 fail-open, whose settlements carry their
+snapshots: settleq.HeapBytesPerFailOpenSettlement), and with the gateway,
 enforcer.gateway.memoryPerStream for each of its maxStreams (64Ki by default; 96Ki
 behind an HTTPS upstream that speaks only HTTP/1.1, or one that compresses streams
 it was asked not to: docs/gateway.md, "Memory per stream"). Checked against the lower
@@ -506,7 +507,9 @@ it holds, where the bounds would have answered 503.
 {{- end -}}
 {{- end -}}
 {{- $c := include "tollgate.enforcer.settleCapacity" . | fromJson -}}
-{{- $settlements := mul (int64 ($c.value | default "0")) 1100 -}}
+{{- $mode := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_FAILURE_MODE" "value" $e.failureMode "setter" "enforcer.failureMode") | fromJson -}}
+{{- $per := ternary 2200 1100 (eq $mode.value "open") -}}
+{{- $settlements := mul (int64 ($c.value | default "0")) $per -}}
 {{- $perStream := include "tollgate.bytes" ($e.gateway.memoryPerStream | default "64Ki") -}}
 {{- if not $perStream -}}
 {{- fail (printf "enforcer.gateway.memoryPerStream %q is no memory quantity (such as 64Ki or 96Ki)" (toString $e.gateway.memoryPerStream)) -}}
@@ -519,12 +522,12 @@ it holds, where the bounds would have answered 503.
 {{- $fits := div (sub (sub (int64 $limit) 33554432) $settlements) (int64 $perStream) -}}
 {{- $own := "32 MiB" -}}
 {{- if $c.value -}}
-{{- $own = printf "32 MiB; %d MiB for %s, 1100 bytes a settlement: docs/enforcer.md, \"Memory\"" (div $settlements 1048576) $c.what -}}
+{{- $own = printf "32 MiB; %d MiB for %s, %d bytes a settlement%s: docs/enforcer.md, \"Memory\"" (div $settlements 1048576) $c.what $per (ternary " fail-open" "" (eq $per 2200)) -}}
 {{- end -}}
 {{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) $own (div (int64 $perStream) 1024) $what (max $fits 0)) -}}
 {{- else -}}
-{{- $fits := div (sub (int64 $limit) 33554432) 1100 -}}
-{{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and 1100 bytes a settlement: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $c.what (div $need 1048576) $what (max $fits 0)) -}}
+{{- $fits := div (sub (int64 $limit) 33554432) $per -}}
+{{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and %d bytes a settlement%s: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $c.what (div $need 1048576) $per (ternary " fail-open" "" (eq $per 2200)) $what (max $fits 0)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
