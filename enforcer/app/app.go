@@ -111,6 +111,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	} else if warning := cfg.SpoolShortfall(); warning != "" {
 		log.Warn(warning)
 	}
+	if warning := cfg.MemoryShortfall(goMemoryLimit(), containerMemoryLimit()); warning != "" {
+		log.Warn(warning)
+	}
 	closeSpool := func() {
 		if sp != nil {
 			if err := sp.Close(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,6 +189,49 @@ func TestSpoolShortfall(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if got := c.SpoolShortfall(); got != tc.want {
+			t.Errorf("%s: warning %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestMemoryShortfall: the enforcer warns at start of bounds that do not fit the lower
+// of GOMEMLIMIT and 80% of its container's limit, with the chart's figures (32 MiB,
+// a settlement's budget, 64 KiB a gateway stream); nothing limited, nothing to say.
+func TestMemoryShortfall(t *testing.T) {
+	const mib = 1 << 20
+	gateway := map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.openai.com", "TOLLGATE_GATEWAY_MAX_STREAMS": "2000"}
+	failOpen := map[string]string{"TOLLGATE_FAILURE_MODE": "open"}
+	both := map[string]string{"TOLLGATE_FAILURE_MODE": "open"}
+	for k, v := range gateway {
+		both[k] = v
+	}
+	for _, tc := range []struct {
+		name               string
+		env                map[string]string
+		goLimit, container int64
+		want               string
+	}{
+		{"nothing limits it", both, math.MaxInt64, 0, ""},
+		{"defaults within GOMEMLIMIT", nil, 200 * mib, 0, ""},
+		{"defaults over GOMEMLIMIT", nil, 100 * mib, 0,
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1100 bytes a settlement) can hold about 136 MiB, over GOMEMLIMIT (100 MiB): " +
+				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
+		{"the chart's gateway", gateway, 320 * mib, 400 * mib, ""},
+		{"fail-open", failOpen, 200 * mib, 0,
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2200 bytes a settlement) can hold about 241 MiB, over GOMEMLIMIT (200 MiB): " +
+				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
+		{"the chart's gateway fail-open", both, 320 * mib, 400 * mib,
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2200 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 366 MiB, over GOMEMLIMIT (320 MiB): " +
+				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
+		{"a container's limit below GOMEMLIMIT", gateway, 320 * mib, 256 * mib,
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1100 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 261 MiB, over 80% of the container's memory limit (204 MiB): " +
+				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
+	} {
+		c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := c.MemoryShortfall(tc.goLimit, tc.container); got != tc.want {
 			t.Errorf("%s: warning %q, want %q", tc.name, got, tc.want)
 		}
 	}
