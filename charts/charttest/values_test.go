@@ -147,7 +147,7 @@ func TestValuesRejected(t *testing.T) {
 		{"settle capacity of zero", append(ok, "--set", "enforcer.settleCapacity=0"), "/enforcer/settleCapacity"},
 		// The spool must hold what the settle capacity lets wait (600 bytes a settlement).
 		{"spool smaller than a raised capacity", append(ok, "--set", "enforcer.settleCapacity=200000"),
-			"enforcer.settleSpool.maxBytes 67108864 holds about 111848 settlements, fewer than enforcer.settleCapacity 200000: in a long control plane outage the rest wait in memory only, and a crash loses them. Set enforcer.settleSpool.maxBytes to 120000000 (600 bytes a settlement: docs/enforcer.md, \"Crashes\"), or lower the capacity"},
+			"enforcer.settleSpool.maxBytes 67108864 holds about 111848 settlements, fewer than enforcer.settleCapacity 200000: in a long control plane outage the rest wait in memory only, and a crash loses them. Set enforcer.settleSpool.maxBytes to 120000000 (600 bytes a settlement: docs/enforcer.md, \"Memory\"), or lower the capacity"},
 		{"spool of extraEnv smaller than the capacity", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "--set-string", "enforcer.extraEnv[0].value=1048576"),
 			"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES=1048576 of enforcer.extraEnv holds about 1747 settlements, fewer than enforcer.settleCapacity 100000: in a long control plane outage the rest wait in memory only, and a crash loses them. Set the TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES of enforcer.extraEnv to 60000000"},
 		// GOMEMLIMIT below the container's memory limit: past the limit the kernel kills

@@ -195,21 +195,6 @@ func (c Config) InflightLimit() int {
 // Speculate reports whether checks send speculative starts.
 func (c Config) Speculate() bool { return c.SpeculativeStarts == "on" }
 
-// SpoolShortfall is the warning for a spool too small for the settle capacity (""
-// when it holds it, or there is no spool): a settlement queued past the spool's bound
-// waits in memory only, so a crash in a long control plane outage would lose it.
-// Not an error: the spool is bounded by the disk, which an operator may not be able
-// to grow, and everything the capacity holds is still sent while the process lives.
-func (c Config) SpoolShortfall() string {
-	need := int64(c.SettleCapacity) * settleq.SpoolBytesPerSettlement
-	if c.SettleSpoolDir == "" || int64(c.SettleSpoolMaxBytes) >= need {
-		return ""
-	}
-	return fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES %d holds about %d settlements, fewer than TOLLGATE_ENFORCER_SETTLE_CAPACITY %d: "+
-		"in a long control plane outage the rest wait in memory only, and a crash loses them; set it to %d (%d bytes a settlement) or lower the capacity",
-		c.SettleSpoolMaxBytes, int64(c.SettleSpoolMaxBytes)/settleq.SpoolBytesPerSettlement, c.SettleCapacity, need, settleq.SpoolBytesPerSettlement)
-}
-
 // FailOpen reports whether infrastructure failures admit.
 func (c Config) FailOpen() bool { return c.FailureMode == "open" }
 

@@ -510,12 +510,16 @@ it holds, where the bounds would have answered 503.
 {{- $mode := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_FAILURE_MODE" "value" $e.failureMode "setter" "enforcer.failureMode") | fromJson -}}
 {{- $per := ternary 2200 1100 (eq $mode.value "open") -}}
 {{- $settlements := mul (int64 ($c.value | default "0")) $per -}}
-{{- $perStream := include "tollgate.bytes" ($e.gateway.memoryPerStream | default "64Ki") -}}
+{{- $streams := 0 -}}
+{{- $perStream := "65536" -}}
+{{- if $e.gateway.enabled -}}
+{{- $streams = int64 $e.gateway.maxStreams -}}
+{{- $perStream = include "tollgate.bytes" ($e.gateway.memoryPerStream | default "64Ki") -}}
 {{- if not $perStream -}}
 {{- fail (printf "enforcer.gateway.memoryPerStream %q is no memory quantity (such as 64Ki or 96Ki)" (toString $e.gateway.memoryPerStream)) -}}
 {{- end -}}
+{{- end -}}
 {{- if $limit -}}
-{{- $streams := ternary (int64 $e.gateway.maxStreams) 0 (and $e.gateway.enabled true) -}}
 {{- $need := add 33554432 $settlements (mul $streams (int64 $perStream)) -}}
 {{- if gt (int64 $need) (int64 $limit) -}}
 {{- if $e.gateway.enabled -}}
@@ -559,7 +563,7 @@ streams only), since such an upgrade changes neither; the new values check them.
 {{/*
 The spool must hold what the settle capacity lets wait unanswered: 600 bytes a
 settlement with its start's snapshot (settleq.SpoolBytesPerSettlement; docs/enforcer.md,
-"Crashes"). Past its bound, settlements wait in memory only, and a crash in a long
+"Memory"). Past its bound, settlements wait in memory only, and a crash in a long
 control plane outage loses them. The enforcer warns of the same at start.
 */}}
 {{- define "tollgate.enforcer.checkSpool" -}}
@@ -569,7 +573,7 @@ control plane outage loses them. The enforcer warns of the same at start.
 {{- $s := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES" "value" (int64 $e.settleSpool.maxBytes) "setter" "enforcer.settleSpool.maxBytes") | fromJson -}}
 {{- $need := mul (int64 $c.value) 600 -}}
 {{- if and (regexMatch "^[0-9]+$" $s.value) (lt (int64 $s.value) $need) -}}
-{{- fail (printf "%s holds about %d settlements, fewer than %s: in a long control plane outage the rest wait in memory only, and a crash loses them. Set %s to %d (600 bytes a settlement: docs/enforcer.md, \"Crashes\"), or lower the capacity" $s.what (div (int64 $s.value) 600) $c.what $s.setter $need) -}}
+{{- fail (printf "%s holds about %d settlements, fewer than %s: in a long control plane outage the rest wait in memory only, and a crash loses them. Set %s to %d (600 bytes a settlement: docs/enforcer.md, \"Memory\"), or lower the capacity" $s.what (div (int64 $s.value) 600) $c.what $s.setter $need) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -28,11 +28,7 @@ const (
 // settlement of the settle capacity waiting and kept (with their snapshots when it
 // fails open), and with the gateway every stream of its bound.
 func (c Config) MemoryNeed() int64 {
-	per := int64(settleq.HeapBytesPerSettlement)
-	if c.FailOpen() {
-		per = settleq.HeapBytesPerFailOpenSettlement
-	}
-	need := baseMemoryBytes + int64(c.SettleCapacity)*per
+	need := baseMemoryBytes + int64(c.SettleCapacity)*c.settlementBytes()
 	if c.GatewayAddr != "" {
 		need += int64(c.Gateway.MaxStreams) * memoryBytesPerStream
 	}
@@ -63,13 +59,33 @@ func (c Config) MemoryShortfall(goLimit, containerLimit int64) string {
 	if c.GatewayAddr != "" {
 		streams = fmt.Sprintf(" and TOLLGATE_GATEWAY_MAX_STREAMS %d (64 KiB a stream)", c.Gateway.MaxStreams)
 	}
-	per := settleq.HeapBytesPerSettlement
-	if c.FailOpen() {
-		per = settleq.HeapBytesPerFailOpenSettlement
-	}
 	return fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_CAPACITY %d (%d bytes a settlement)%s can hold about %d MiB, over %s (%d MiB): "+
 		"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")",
-		c.SettleCapacity, per, streams, need>>20, what, limit>>20)
+		c.SettleCapacity, c.settlementBytes(), streams, need>>20, what, limit>>20)
+}
+
+// settlementBytes is the memory budget of one settlement of the capacity: with its
+// admission snapshot when the enforcer fails open.
+func (c Config) settlementBytes() int64 {
+	if c.FailOpen() {
+		return settleq.HeapBytesPerFailOpenSettlement
+	}
+	return settleq.HeapBytesPerSettlement
+}
+
+// SpoolShortfall is the warning for a spool too small for the settle capacity (""
+// when it holds it, or there is no spool): a settlement queued past the spool's bound
+// waits in memory only, so a crash in a long control plane outage would lose it.
+// Not an error: the spool is bounded by the disk, which an operator may not be able
+// to grow, and everything the capacity holds is still sent while the process lives.
+func (c Config) SpoolShortfall() string {
+	need := int64(c.SettleCapacity) * settleq.SpoolBytesPerSettlement
+	if c.SettleSpoolDir == "" || int64(c.SettleSpoolMaxBytes) >= need {
+		return ""
+	}
+	return fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES %d holds about %d settlements, fewer than TOLLGATE_ENFORCER_SETTLE_CAPACITY %d: "+
+		"in a long control plane outage the rest wait in memory only, and a crash loses them; set it to %d (%d bytes a settlement) or lower the capacity",
+		c.SettleSpoolMaxBytes, int64(c.SettleSpoolMaxBytes)/settleq.SpoolBytesPerSettlement, c.SettleCapacity, need, settleq.SpoolBytesPerSettlement)
 }
 
 // goMemoryLimit is the GOMEMLIMIT in force (math.MaxInt64 when none is set).
