@@ -14,5 +14,8 @@
 // without a reservation (rare: fail-open admissions when even the reservation failed,
 // gateways reporting requests this process did not admit) can overflow.
 //
+// It also states what a settlement of its capacity costs in memory and in the spool
+// (sizing.go), for the Helm chart's checks and the enforcer's warnings at start.
+//
 // It does not build settlements (see package inflight) and does not price anything.
 package settleq
