@@ -51,3 +51,34 @@ func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
 		t.Errorf("a spool of %d bytes for %d settlements: %v, want it refused, asking for %d", spool-1, capacity, err, spool)
 	}
 }
+
+// TestNotesSayTheEnforcersMemory: helm install prints what the enforcer may hold at
+// most against what it may use, the sums of the chart's check; over values reused from
+// a release that had no enforcer.settleCapacity, that its settle capacity is not
+// counted and what to set.
+func TestNotesSayTheEnforcersMemory(t *testing.T) {
+	helm, _ := needTools(t)
+	chart := notesChart(t)
+	notes := func(args ...string) string {
+		t.Helper()
+		out, err := run(helm, append([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+			"--set", "secrets.existingSecret=s", "--show-only", "templates/zz-notes.yaml"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return str(decodeAll(t, out)[0], "data", "notes")
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `Enforcer memory at most (docs/enforcer.md, "Memory"): about 136 MiB of the 320 MiB it may use (enforcer.goRuntime.memoryLimit 320MiB): 32 MiB, 104 MiB for enforcer.settleCapacity 100000.`},
+		{[]string{"--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits.memory=512Mi"},
+			"about 261 MiB of the 409 MiB it may use (80% of enforcer.resources.limits.memory 512Mi): 32 MiB, 104 MiB for enforcer.settleCapacity 100000, 125 MiB for 2000 gateway streams."},
+		{[]string{"--set", "enforcer.settleCapacity=null"}, "about 32 MiB of the 320 MiB it may use (enforcer.goRuntime.memoryLimit 320MiB).\n  Its settle capacity is not counted"},
+	} {
+		if got := notes(c.args...); !strings.Contains(got, c.want) {
+			t.Errorf("%v: the notes do not say %q:\n%s", c.args, c.want, got)
+		}
+	}
+}

@@ -494,6 +494,30 @@ container's limit the kernel kills it, either way with every stream and settleme
 it holds, where the bounds would have answered 503.
 */}}
 {{- define "tollgate.enforcer.checkMemory" -}}
+{{- $m := include "tollgate.enforcer.memory" . | fromJson -}}
+{{- if and $m.limit (gt (int64 $m.need) (int64 $m.limit)) -}}
+{{- $fail := ternary " fail-open" "" (eq (int64 $m.per) 2200) -}}
+{{- if $m.streams -}}
+{{- $fits := div (sub (sub (int64 $m.limit) 33554432) (int64 $m.settlements)) (int64 $m.perStream) -}}
+{{- $own := "32 MiB" -}}
+{{- if $m.capacity -}}
+{{- $own = printf "32 MiB; %d MiB for %s, %d bytes a settlement%s: docs/enforcer.md, \"Memory\"" (div $m.settlements 1048576) $m.capacityWhat (int64 $m.per) $fail -}}
+{{- end -}}
+{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" (int64 $m.streams) (div $m.need 1048576) $own (div $m.perStream 1024) $m.what (max $fits 0)) -}}
+{{- else -}}
+{{- $fits := div (sub (int64 $m.limit) 33554432) (int64 $m.per) -}}
+{{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and %d bytes a settlement%s: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $m.capacityWhat (div $m.need 1048576) (int64 $m.per) $fail $m.what (max $fits 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The sums of tollgate.enforcer.checkMemory, as JSON (bytes): need, and limit ("" when
+nothing limits it) with what names it; settlements and per (a settlement's budget),
+capacity and capacityWhat (capacity "" when the values do not set it); streams (0
+without the gateway) and perStream. NOTES.txt prints them.
+*/}}
+{{- define "tollgate.enforcer.memory" -}}
 {{- $e := .Values.enforcer -}}
 {{- $g := include "tollgate.goMemLimit" (dict "c" $e "values" "enforcer") | fromJson -}}
 {{- $limit := include "tollgate.bytes" $g.value -}}
@@ -519,22 +543,8 @@ it holds, where the bounds would have answered 503.
 {{- fail (printf "enforcer.gateway.memoryPerStream %q is no memory quantity (such as 64Ki or 96Ki)" (toString $e.gateway.memoryPerStream)) -}}
 {{- end -}}
 {{- end -}}
-{{- if $limit -}}
 {{- $need := add 33554432 $settlements (mul $streams (int64 $perStream)) -}}
-{{- if gt (int64 $need) (int64 $limit) -}}
-{{- if $e.gateway.enabled -}}
-{{- $fits := div (sub (sub (int64 $limit) 33554432) $settlements) (int64 $perStream) -}}
-{{- $own := "32 MiB" -}}
-{{- if $c.value -}}
-{{- $own = printf "32 MiB; %d MiB for %s, %d bytes a settlement%s: docs/enforcer.md, \"Memory\"" (div $settlements 1048576) $c.what $per (ternary " fail-open" "" (eq $per 2200)) -}}
-{{- end -}}
-{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $streams (div $need 1048576) $own (div (int64 $perStream) 1024) $what (max $fits 0)) -}}
-{{- else -}}
-{{- $fits := div (sub (int64 $limit) 33554432) $per -}}
-{{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and %d bytes a settlement%s: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $c.what (div $need 1048576) $per (ternary " fail-open" "" (eq $per 2200)) $what (max $fits 0)) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
+{{- toJson (dict "need" $need "limit" $limit "what" $what "settlements" $settlements "per" $per "capacity" $c.value "capacityWhat" $c.what "streams" $streams "perStream" (int64 $perStream)) -}}
 {{- end -}}
 
 {{/*
