@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -288,17 +287,11 @@ func BenchmarkKeptStartsOfDistinctMembers(b *testing.B) {
 	var perMember float64
 	for b.Loop() {
 		kept := make([]*settleq.Reservation, 0, members)
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		for _, s := range snaps {
+		perMember = heapPer(members, func(i int) {
 			res, _ := q.Reserve()
-			res.KeepStart(s)
+			res.KeepStart(snaps[i])
 			kept = append(kept, res)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perMember = float64(after.HeapAlloc-before.HeapAlloc) / members
+		})
 		for _, r := range kept {
 			r.Release()
 		}
