@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
@@ -178,9 +179,9 @@ func TestSpoolShortfall(t *testing.T) {
 		{"defaults", map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": "/spool"}, ""},
 		{"no spool", map[string]string{"TOLLGATE_ENFORCER_SETTLE_CAPACITY": "1000000"}, ""},
 		{"capacity raised alone", map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": "/spool", "TOLLGATE_ENFORCER_SETTLE_CAPACITY": "200000"},
-			fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES 67108864 holds about %d settlements, fewer than TOLLGATE_ENFORCER_SETTLE_CAPACITY 200000: "+
+			fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES %d holds about %d settlements, fewer than TOLLGATE_ENFORCER_SETTLE_CAPACITY 200000: "+
 				"in a long control plane outage the rest wait in memory only, and a crash loses them; set it to %d (%d bytes a settlement) or lower the capacity",
-				67108864/settleq.SpoolBytesPerSettlement, 200000*settleq.SpoolBytesPerSettlement, settleq.SpoolBytesPerSettlement)},
+				spool.DefaultConfig.MaxBytes, spool.DefaultConfig.MaxBytes/settleq.SpoolBytesPerSettlement, 200000*settleq.SpoolBytesPerSettlement, settleq.SpoolBytesPerSettlement)},
 		{"both raised", map[string]string{"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": "/spool", "TOLLGATE_ENFORCER_SETTLE_CAPACITY": "200000",
 			"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES": strconv.Itoa(200000 * settleq.SpoolBytesPerSettlement)}, ""},
 	} {
@@ -214,17 +215,17 @@ func TestMemoryShortfall(t *testing.T) {
 		{"nothing limits it", both, math.MaxInt64, 0, ""},
 		{"defaults within GOMEMLIMIT", nil, 200 * mib, 0, ""},
 		{"defaults over GOMEMLIMIT", nil, 100 * mib, 0,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1100 bytes a settlement) can hold about 136 MiB, over GOMEMLIMIT (100 MiB): " +
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) can hold about 184 MiB, over GOMEMLIMIT (100 MiB): " +
 				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
 		{"the chart's gateway", gateway, 320 * mib, 400 * mib, ""},
 		{"fail-open", failOpen, 200 * mib, 0,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2200 bytes a settlement) can hold about 241 MiB, over GOMEMLIMIT (200 MiB): " +
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) can hold about 308 MiB, over GOMEMLIMIT (200 MiB): " +
 				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
 		{"the chart's gateway fail-open", both, 320 * mib, 400 * mib,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2200 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 366 MiB, over GOMEMLIMIT (320 MiB): " +
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 433 MiB, over GOMEMLIMIT (320 MiB): " +
 				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
 		{"a container's limit below GOMEMLIMIT", gateway, 320 * mib, 256 * mib,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1100 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 261 MiB, over 80% of the container's memory limit (204 MiB): " +
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 309 MiB, over 80% of the container's memory limit (204 MiB): " +
 				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
 	} {
 		c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)

@@ -4,20 +4,29 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
+// longestModel is the longest model name a settlement carries from a request
+// (requestbody.MaxModelBytes) or a response (responseusage.DefaultMaxModelBytes): a
+// member chooses it, so the sizing budgets hold it (sizing.go).
+var longestModel = strings.Repeat("m", max(requestbody.MaxModelBytes, responseusage.DefaultMaxModelBytes))
+
 // gatewaySettlement is a settlement as the gateway sends one for a durable start:
-// ids, model and host of its own, usage and cost; member i%1000's.
+// ids, the longest model name (a string of its own, read from its request) and host
+// of its own, usage and cost; member i%1000's.
 func gatewaySettlement(i int) *internalv1.SettleItem {
 	cost := int64(1234 + i)
 	return &internalv1.SettleItem{RequestId: fmt.Sprintf("req_01m90a2nrwf4mt6nfv%08d", i),
 		OrganizationId: "org_01m90a2n1pedwt723k5h025e2f", MemberId: fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i%1000),
-		Model: "gpt-4.1-mini-2025-04-14", InputTokens: 1200, OutputTokens: 350, CachedInputTokens: 1024,
+		Model: strings.Clone(longestModel), InputTokens: 1200, OutputTokens: 350, CachedInputTokens: 1024,
 		UpstreamCostMicroUsd: &cost, Complete: true, FinishedAtUnixMs: 1_796_000_000_000 + int64(i),
 		UpstreamStatus: 200, UpstreamHost: "api.openai.com"}
 }

@@ -133,8 +133,8 @@ func (r *Reservation) keptStart(q *Queue) startSnapshot {
 // spoolWithStart writes item to the spool with its start's snapshot attached, when it
 // may carry one (attachable's rule): a process that crashed is not there to attach it,
 // and the next one sends what the spool holds (takeSpooledStart). The queue's copy
-// stays without it. About 400 more bytes a record on disk: the default spool (64 MiB)
-// still holds the default settle capacity (100,000) of them.
+// stays without it. About 400 more bytes a record on disk: the default spool (96 MiB)
+// still holds the default settle capacity (100,000) of them (SpoolBytesPerSettlement).
 func (q *Queue) spoolWithStart(item *internalv1.SettleItem, start startSnapshot) spool.Ref {
 	if attachable(start, item) {
 		item.Snapshot = start.snapshotFor(item)

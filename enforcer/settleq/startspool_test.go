@@ -180,7 +180,7 @@ func TestDefaultSpoolHoldsTheDefaultCapacityWithStarts(t *testing.T) {
 		res, _ := q.Reserve()
 		res.KeepStart(snap)
 		item := &internalv1.SettleItem{RequestId: "req_" + ulid, OrganizationId: "org_" + ulid, MemberId: "om_" + ulid,
-			Model: "claude-sonnet-4-5-20250929", InputTokens: 123_456, OutputTokens: 12_345, CachedInputTokens: 100_000,
+			Model: longestModel, InputTokens: 123_456, OutputTokens: 12_345, CachedInputTokens: 100_000,
 			Complete: true, FinishedAtUnixMs: snap.AdmittedAtUnixMs + 90_000, UpstreamStatus: 200}
 		if err := q.Enqueue(item, res, nil); err != nil {
 			t.Fatal(err)

@@ -40,11 +40,14 @@ type Config struct {
 	SyncEvery time.Duration
 }
 
-// DefaultConfig: 64 MiB holds about 116,000 settlements of 575 bytes, a durable start's
+// DefaultConfig: 96 MiB holds about 124,000 settlements of 806 bytes, a durable start's
 // with its start's admission snapshot (package settleq spools them so) or a fail-open
-// admission's with its own: more than the settle queue's default capacity (100,000),
-// which bounds what waits unanswered (settleq's TestDefaultSpoolHoldsTheDefaultCapacityWithStarts).
-var DefaultConfig = Config{MaxBytes: 64 << 20, SyncEvery: time.Second}
+// admission's with its own, each naming a model as long as a request may
+// (settleq.SpoolBytesPerSettlement): more than the settle queue's default capacity
+// (100,000), which bounds what waits unanswered (settleq's
+// TestDefaultSpoolHoldsTheDefaultCapacityWithStarts). 64 MiB, the default until
+// 2026-12-04, held that many only for model names of a usual length (575 bytes).
+var DefaultConfig = Config{MaxBytes: 96 << 20, SyncEvery: time.Second}
 
 func (c Config) withDefaults() Config {
 	if c.MaxBytes <= 0 {

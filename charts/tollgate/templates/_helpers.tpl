@@ -481,10 +481,11 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{- end -}}
 
 {{/*
-The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 1100 bytes for
+The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 1600 bytes for
 each settlement of its settle capacity (settleq.HeapBytesPerSettlement: one waiting
-unanswered and one kept for a rebuild; 2200 fail-open, whose settlements carry their
-snapshots: settleq.HeapBytesPerFailOpenSettlement), and with the gateway,
+unanswered and one kept for a rebuild, naming a model as long as a request may; 2900
+fail-open, whose settlements carry their snapshots:
+settleq.HeapBytesPerFailOpenSettlement), and with the gateway,
 enforcer.gateway.memoryPerStream for each of its maxStreams (64Ki by default; 96Ki
 behind an HTTPS upstream that speaks only HTTP/1.1, or one that compresses streams
 it was asked not to: docs/gateway.md, "Memory per stream"). Checked against the lower
@@ -496,14 +497,18 @@ it holds, where the bounds would have answered 503.
 {{- define "tollgate.enforcer.checkMemory" -}}
 {{- $m := include "tollgate.enforcer.memory" . | fromJson -}}
 {{- if and $m.limit (gt (int64 $m.need) (int64 $m.limit)) -}}
-{{- $fail := ternary " fail-open" "" (eq (int64 $m.per) 2200) -}}
+{{- $fail := ternary " fail-open" "" (eq (int64 $m.per) 2900) -}}
 {{- if $m.streams -}}
 {{- $fits := div (sub (sub (int64 $m.limit) 33554432) (int64 $m.settlements)) (int64 $m.perStream) -}}
 {{- $own := "32 MiB" -}}
 {{- if $m.capacity -}}
 {{- $own = printf "32 MiB; %d MiB for %s, %d bytes a settlement%s: docs/enforcer.md, \"Memory\"" (div $m.settlements 1048576) $m.capacityWhat (int64 $m.per) $fail -}}
 {{- end -}}
-{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: lower maxStreams to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" (int64 $m.streams) (div $m.need 1048576) $own (div $m.perStream 1024) $m.what (max $fits 0)) -}}
+{{- $lower := printf "lower maxStreams to %d or fewer" (max $fits 0) -}}
+{{- if and (lt $fits 1) $m.capacity -}}
+{{- $lower = printf "the settle capacity leaves no room for a stream: lower %s" $m.capacityWhat -}}
+{{- end -}}
+{{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: %s, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" (int64 $m.streams) (div $m.need 1048576) $own (div $m.perStream 1024) $m.what $lower) -}}
 {{- else -}}
 {{- $fits := div (sub (int64 $m.limit) 33554432) (int64 $m.per) -}}
 {{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and %d bytes a settlement%s: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $m.capacityWhat (div $m.need 1048576) (int64 $m.per) $fail $m.what (max $fits 0)) -}}
@@ -532,7 +537,7 @@ without the gateway) and perStream. NOTES.txt prints them.
 {{- end -}}
 {{- $c := include "tollgate.enforcer.settleCapacity" . | fromJson -}}
 {{- $mode := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_FAILURE_MODE" "value" $e.failureMode "setter" "enforcer.failureMode") | fromJson -}}
-{{- $per := ternary 2200 1100 (eq $mode.value "open") -}}
+{{- $per := ternary 2900 1600 (eq $mode.value "open") -}}
 {{- $settlements := mul (int64 ($c.value | default "0")) $per -}}
 {{- $streams := 0 -}}
 {{- $perStream := "65536" -}}
@@ -571,7 +576,7 @@ streams only), since such an upgrade changes neither; the new values check them.
 {{- end -}}
 
 {{/*
-The spool must hold what the settle capacity lets wait unanswered: 600 bytes a
+The spool must hold what the settle capacity lets wait unanswered: 850 bytes a
 settlement with its start's snapshot (settleq.SpoolBytesPerSettlement; docs/enforcer.md,
 "Memory"). Past its bound, settlements wait in memory only, and a crash in a long
 control plane outage loses them. The enforcer warns of the same at start.
@@ -581,9 +586,9 @@ control plane outage loses them. The enforcer warns of the same at start.
 {{- $c := include "tollgate.enforcer.settleCapacity" . | fromJson -}}
 {{- if and $e.settleSpool.enabled $c.value -}}
 {{- $s := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES" "value" (int64 $e.settleSpool.maxBytes) "setter" "enforcer.settleSpool.maxBytes") | fromJson -}}
-{{- $need := mul (int64 $c.value) 600 -}}
+{{- $need := mul (int64 $c.value) 850 -}}
 {{- if and (regexMatch "^[0-9]+$" $s.value) (lt (int64 $s.value) $need) -}}
-{{- fail (printf "%s holds about %d settlements, fewer than %s: in a long control plane outage the rest wait in memory only, and a crash loses them. Set %s to %d (600 bytes a settlement: docs/enforcer.md, \"Memory\"), or lower the capacity" $s.what (div (int64 $s.value) 600) $c.what $s.setter $need) -}}
+{{- fail (printf "%s holds about %d settlements, fewer than %s: in a long control plane outage the rest wait in memory only, and a crash loses them. Set %s to %d (850 bytes a settlement: docs/enforcer.md, \"Memory\"), or lower the capacity" $s.what (div (int64 $s.value) 850) $c.what $s.setter $need) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
