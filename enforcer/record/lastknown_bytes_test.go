@@ -1,0 +1,72 @@
+package record
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// readRecord is member i's record as a read from Redis leaves it kept: a policy of
+// three timeframes (a name of 40 characters), the spend of the three windows, and the
+// fields it was decoded from.
+func readRecord(tb testing.TB, r *Reader, i int) (string, *known) {
+	member := fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i)
+	ent := &internalv1.Entitlement{OrganizationId: "org_01m90a2n1pedwt723k5h025e2f", MemberId: member, MemberActive: true,
+		CaptureEnabled: true, TrackingVersion: 3}
+	rec := &mirror.Record{Entitlement: ent, Version: 12, Generation: "01m90a2n1pedwt723k5h025e2f"}
+	for _, tf := range window.Timeframes {
+		ent.Limits = append(ent.Limits, &internalv1.Limit{Timeframe: string(tf), PolicyId: "up_01m90a2n1pedwt723k5h025e2f",
+			PolicyName: strings.Repeat("p", 40), PolicyRevision: 3, BaseMicroUsd: 5_000_000, HardLimit: true, AllowRequestReset: true})
+		rec.Spend = append(rec.Spend, &internalv1.WindowSpend{Timeframe: string(tf), WindowStartUnixMs: 1_796_000_000_000, UsedMicroUsd: 1_234_567})
+	}
+	blob, err := proto.Marshal(rec)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := mirror.Fields{Generation: strings.Clone(rec.Generation), Blob: string(blob)}
+	dec, err := f.Decode(rec.Generation)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return member, &known{key: r.layout.MemberKey(member), fields: f, rec: dec}
+}
+
+// BenchmarkLastKnownRecordBytes measures the heap the reader holds for each member it
+// has read, at its bound of DefaultConfig.LastKnown members: the record kept for open
+// failure mode and speculative starts, with the fields it was decoded from
+// (docs/enforcer.md, "Memory").
+//
+//	go test -run '^$' -bench LastKnownRecordBytes -benchtime 1x ./enforcer/record
+func BenchmarkLastKnownRecordBytes(b *testing.B) {
+	for b.Loop() {
+		r := New(nil, mirror.Layout{Prefix: "tg:"}, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()),
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+		n := DefaultConfig.LastKnown
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range n {
+			r.store(readRecord(b, r, i))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		kept := r.lastKnownLen()
+		if kept < n*9/10 {
+			b.Fatalf("%d records kept of %d members", kept, n)
+		}
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(kept), "B/member")
+		b.ReportMetric(float64(kept), "members")
+		runtime.KeepAlive(r)
+	}
+}
