@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
-	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
 // BenchmarkCachedIdentityBytes measures the heap the cache holds for each credential
