@@ -18,12 +18,16 @@ import (
 )
 
 // readRecord is member i's record as a read from Redis leaves it kept: a policy of
-// three timeframes (a name of 40 characters), the spend of the three windows, and the
-// fields it was decoded from.
-func readRecord(tb testing.TB, r *Reader, i int) (string, *known) {
+// three timeframes (a name of 40 characters), the spend of the three windows, the
+// match keys of its organization's own prices (ownPrices of them), and the fields it
+// was decoded from.
+func readRecord(tb testing.TB, r *Reader, i, ownPrices int) (string, *known) {
 	member := fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i)
 	ent := &internalv1.Entitlement{OrganizationId: "org_01m90a2n1pedwt723k5h025e2f", MemberId: member, MemberActive: true,
 		CaptureEnabled: true, TrackingVersion: 3}
+	for k := range ownPrices {
+		ent.PricedModelKeys = append(ent.PricedModelKeys, fmt.Sprintf("ft:gpt-4.1-mini-2025-04-14:acme::%04d", k))
+	}
 	rec := &mirror.Record{Entitlement: ent, Version: 12, Generation: "01m90a2n1pedwt723k5h025e2f"}
 	for _, tf := range window.Timeframes {
 		ent.Limits = append(ent.Limits, &internalv1.Limit{Timeframe: string(tf), PolicyId: "up_01m90a2n1pedwt723k5h025e2f",
@@ -39,16 +43,24 @@ func readRecord(tb testing.TB, r *Reader, i int) (string, *known) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return member, &known{key: r.layout.MemberKey(member), fields: f, rec: dec}
+	r.ownPrices.share(dec, r.cfg.LastKnown)
+	return member, &known{key: r.layout.MemberKey(member), generation: f.Generation, size: len(f.Blob), sum: r.sumOf(f), rec: dec}
 }
 
 // BenchmarkLastKnownRecordBytes measures the heap the reader holds for each member it
 // has read, at its bound of DefaultConfig.LastKnown members: the record kept for open
 // failure mode and speculative starts, with the fields it was decoded from
-// (docs/enforcer.md, "Memory").
+// (docs/enforcer.md, "Memory"); of an organization without prices of its own, and of
+// one with 100 (each member's record carries their match keys).
 //
 //	go test -run '^$' -bench LastKnownRecordBytes -benchtime 1x ./enforcer/record
 func BenchmarkLastKnownRecordBytes(b *testing.B) {
+	for _, ownPrices := range []int{0, 100} {
+		b.Run(fmt.Sprintf("own-prices-%d", ownPrices), func(b *testing.B) { lastKnownRecordBytes(b, ownPrices) })
+	}
+}
+
+func lastKnownRecordBytes(b *testing.B, ownPrices int) {
 	for b.Loop() {
 		r := New(nil, mirror.Layout{Prefix: "tg:"}, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()),
 			slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -57,7 +69,7 @@ func BenchmarkLastKnownRecordBytes(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := range n {
-			r.store(readRecord(b, r, i))
+			r.store(readRecord(b, r, i, ownPrices))
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

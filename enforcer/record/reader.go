@@ -94,8 +94,12 @@ type Reader struct {
 	// redisWaits is told each Read's Redis deadline (tests: ObserveRedisWaits).
 	redisWaits atomic.Pointer[func(memberID string, deadline time.Time)]
 
-	seed   maphash.Seed
-	shards [32]lastShard
+	seed    maphash.Seed // of the shards
+	sumSeed maphash.Seed // of known's sums
+	shards  [32]lastShard
+	// ownPrices shares one copy of each organization's price keys among its members'
+	// records read from Redis.
+	ownPrices sharedPriceKeys
 
 	fromRedis, fromResolve, redisErrors interface{ Inc() }
 	readTime                            interface{ Observe(float64) }
@@ -114,9 +118,27 @@ type lastShard struct {
 // known is immutable once stored; a newer read replaces it whole.
 type known struct {
 	key string // the member's Redis key
-	// fields the record was decoded from; zero for a record from Resolve.
-	fields mirror.Fields
-	rec    *mirror.Record
+	// generation, size and sum of the fields the record was decoded from, so that an
+	// unchanged record is not decoded again; "" for a record from Resolve. A sum, not the
+	// bytes: until 2026-12-04 every member's bytes were kept, 4 KB a member of an
+	// organization with 100 prices of its own (BenchmarkLastKnownRecordBytes). The sum
+	// is maphash's, 64 bits under a seed of this process (Reader.sumSeed): two different
+	// records of one size pass for the same with a chance of 2^-64 a read, where
+	// SHA-256 would take 0.6 - 1.5 us a read of a usual record on the check's path
+	// (maphash 40 ns) and allocate a copy of it.
+	generation string
+	size       int
+	sum        uint64
+	rec        *mirror.Record
+}
+
+// sumOf is the sum known keeps of fields' bytes.
+func (r *Reader) sumOf(f mirror.Fields) uint64 { return maphash.String(r.sumSeed, f.Blob) }
+
+// unchanged tells whether f, read under generation gen, holds the record k was
+// decoded from.
+func (r *Reader) unchanged(k *known, f mirror.Fields, gen string) bool {
+	return k != nil && k.generation != "" && k.generation == gen && f.Usable(gen) && k.size == len(f.Blob) && k.sum == r.sumOf(f)
 }
 
 // New returns a reader; call Watch to keep the generation current.
@@ -142,7 +164,7 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 	}
 	r := &Reader{rdb: rdb, layout: layout, cp: cp, cfg: cfg, m: m, log: log, nudge: make(chan struct{}, 1),
 		reads: make(chan *readReq, 4096),
-		seed:  maphash.MakeSeed(), fromRedis: m.RecordReads.WithLabelValues("redis"),
+		seed:  maphash.MakeSeed(), sumSeed: maphash.MakeSeed(), fromRedis: m.RecordReads.WithLabelValues("redis"),
 		fromResolve: m.RecordReads.WithLabelValues("resolve"), redisErrors: m.RedisErrors,
 		readTime: m.RedisDuration.WithLabelValues("read_record")}
 	for i := range r.shards {
@@ -219,12 +241,15 @@ func (r *Reader) Read(ctx context.Context, orgID, memberID string) (Record, erro
 	trusted := !doubted && !r.doubt.Load() && *r.gen.Load() == *gen
 	var rec *mirror.Record
 	if err == nil {
-		if k != nil && k.fields.Usable(*gen) && k.fields == f {
+		if r.unchanged(k, f, *gen) {
 			// Unchanged since the last read: same bytes, same record. Records are
 			// never modified once decoded, so sharing it is safe.
 			rec = k.rec
-		} else if rec, err = f.Decode(*gen); err == nil && trusted {
-			r.store(memberID, &known{key: key, fields: f, rec: rec})
+		} else if rec, err = f.Decode(*gen); err == nil {
+			r.ownPrices.share(rec, r.cfg.LastKnown) // still this read's alone: no one else reads it yet
+			if trusted {
+				r.store(memberID, &known{key: key, generation: *gen, size: len(f.Blob), sum: r.sumOf(f), rec: rec})
+			}
 		}
 	}
 	switch {
