@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
-func blockedDecision(t *testing.T, now time.Time, usedDay, usedMonth int64) decision.Decision {
+func blockedDecision(t testing.TB, now time.Time, usedDay, usedMonth int64) decision.Decision {
 	t.Helper()
 	var spend []*internalv1.WindowSpend
 	for _, w := range window.Current(now) {
