@@ -10,8 +10,8 @@ import (
 // sharedPriceKeys keeps one copy of each organization's own price keys
 // (Entitlement.priced_model_keys) for the records of all its members. Every member's
 // record carries the organization's whole list, up to 1,000 keys, so kept apiece they
-// cost 6 KB a member at 100 prices: 100,000 members' last-known records would hold
-// more than half a GiB of copies of a few lists (BenchmarkLastKnownRecordBytes).
+// cost about 7 KB a member at 100 prices: 100,000 members' last-known records would
+// hold about 700 MiB of copies of a few lists (BenchmarkLastKnownRecordBytes).
 type sharedPriceKeys struct {
 	mu sync.Mutex
 	m  map[string][]string // organization id → its keys as last read

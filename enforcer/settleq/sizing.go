@@ -28,7 +28,7 @@ const (
 	HeapBytesPerFailOpenSettlement = 2900
 
 	// SpoolBytesPerSettlement is a settlement's record in the spool with its start's
-	// snapshot (809 bytes; 575 with a usual model name): a spool of capacity × this
+	// snapshot (806 bytes; 575 with a usual model name): a spool of capacity × this
 	// holds every settlement the capacity lets wait unanswered.
 	SpoolBytesPerSettlement = 850
 )
