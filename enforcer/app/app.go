@@ -258,12 +258,13 @@ func New(d Deps) *Enforcer {
 		Deadline: cfg.StartDeadline, Workers: d.StartWorkers}, e.Tracker.SettleOrphan, m, log)
 	// An Authenticate or a Resolve call is shared by the checks that wait on it and
 	// outlives the one that started it, so it gets no longer than a check may wait at all.
-	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL, CallTimeout: cfg.CheckTimeout}, d.Clock, m, log)
+	// The member capacity bounds each cache of what is kept per member or credential.
+	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL, CallTimeout: cfg.CheckTimeout, MaxEntries: cfg.MemberCapacity}, d.Clock, m, log)
 	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout,
-		ResolveTimeout: cfg.CheckTimeout}, m, log)
+		ResolveTimeout: cfg.CheckTimeout, LastKnown: cfg.MemberCapacity}, m, log)
 	e.Records.OnRebuild(e.Settle.MirrorRebuilt)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
-		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL,
+		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL, BlockedCapacity: cfg.MemberCapacity,
 		Speculate: cfg.Speculate(), CheckTimeout: cfg.CheckTimeout})
 
 	// ext_authz requests are decoded only as far as Check reads them (credentials,

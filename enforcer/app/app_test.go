@@ -55,6 +55,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_SHUTDOWN_DELAY":                  "-1s",
 		"TOLLGATE_ENFORCER_CHECK_TIMEOUT":          "5ms",
 		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW":   "2h",
+		"TOLLGATE_ENFORCER_MEMBER_CAPACITY":        "999",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -64,7 +65,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_SETTLE_LINGER", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
 		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`,
 		"TOLLGATE_SHUTDOWN_DELAY: must not be negative", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",
-		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h"} {
+		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h", "TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

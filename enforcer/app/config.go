@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/enforcer/record"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
@@ -96,6 +97,10 @@ type Config struct {
 	StartDeadline  time.Duration
 	// SettleCapacity bounds queued plus reserved settlements (TOLLGATE_ENFORCER_SETTLE_CAPACITY).
 	SettleCapacity int
+	// MemberCapacity bounds the members and credentials whose state the enforcer keeps:
+	// last-read usage records, identities and kept blocks, each
+	// (TOLLGATE_ENFORCER_MEMBER_CAPACITY; docs/enforcer.md, "Memory").
+	MemberCapacity int
 	// SettleLinger is how long a Settle call waits to gather more settlements
 	// (TOLLGATE_ENFORCER_SETTLE_LINGER; settleq.Config.Linger). 0 sends at once.
 	SettleLinger time.Duration
@@ -243,6 +248,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.IntVar(&c.StartPerMember, "start-per-member", intEnv("TOLLGATE_ENFORCER_START_PER_MEMBER", 256), "most write-ahead starts of one member queued at once (TOLLGATE_ENFORCER_START_PER_MEMBER)")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", durationEnv("TOLLGATE_ENFORCER_CHECK_TIMEOUT", gate.DefaultCheckTimeout), "longest a check waits on Redis and the control plane altogether, when its caller sends no deadline (HTTP /check, the gateway; a gRPC check's deadline, Envoy's grpc-timeout, less a margin bounds it otherwise); past it the check is answered by the failure mode (503 in closed mode, admitted in open mode); keep it under the proxy's check timeout (TOLLGATE_ENFORCER_CHECK_TIMEOUT)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", durationEnv("TOLLGATE_ENFORCER_START_DEADLINE", 500*time.Millisecond), "longest wait for a durable start; keep it under the proxy's check timeout (TOLLGATE_ENFORCER_START_DEADLINE)")
+	fs.IntVar(&c.MemberCapacity, "member-capacity", intEnv("TOLLGATE_ENFORCER_MEMBER_CAPACITY", record.DefaultConfig.LastKnown), "most members and credentials whose state is kept (last-read usage records, identities, kept blocks; about 4 KB each at most); past it an entry is dropped and read or asked for again when needed (TOLLGATE_ENFORCER_MEMBER_CAPACITY)")
 	fs.IntVar(&c.SettleCapacity, "settle-capacity", intEnv("TOLLGATE_ENFORCER_SETTLE_CAPACITY", settleq.DefaultConfig.Capacity), "most settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY)")
 	fs.DurationVar(&c.SettleLinger, "settle-linger", durationEnv("TOLLGATE_ENFORCER_SETTLE_LINGER", settleq.DefaultConfig.Linger), "how long a settlement call waits to gather more settlements; later spend in the mirror for less control-plane CPU; 0 sends at once (TOLLGATE_ENFORCER_SETTLE_LINGER)")
 	fs.StringVar(&c.SettleSpoolDir, "settle-spool-dir", env("TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", ""), "directory of the settlement spool: settlements are written there before they are queued and sent again after a crash; empty turns it off (TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR)")
@@ -365,6 +371,7 @@ func (c Config) validate() []string {
 		{"TOLLGATE_ENFORCER_START_DEADLINE: must be positive", c.StartDeadline > 0},
 		{"TOLLGATE_ENFORCER_CHECK_TIMEOUT: must be between 50ms and 1m", c.CheckTimeout >= 50*time.Millisecond && c.CheckTimeout <= time.Minute},
 		{"TOLLGATE_ENFORCER_SETTLE_CAPACITY: must be at least the start capacity (every queued start reserves a settlement)", c.SettleCapacity >= c.StartCapacity},
+		{"TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000 (a smaller one would send most checks back to the control plane)", c.MemberCapacity >= 1000},
 		{"TOLLGATE_ENFORCER_ABANDON_AFTER: must be at least 1m", c.AbandonAfter >= time.Minute},
 		{"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES: must be at least 1048576 (1 MiB)", c.SettleSpoolMaxBytes >= 1<<20},
 		{"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY: must be 0 (half the settle capacity) or positive and at most the settle capacity minus the start capacity (each unreported request holds a settlement reservation; the rest is for queued settlements and starts)",

@@ -196,16 +196,21 @@ func TestSpoolShortfall(t *testing.T) {
 }
 
 // TestMemoryShortfall: the enforcer warns at start of bounds that do not fit the lower
-// of GOMEMLIMIT and 80% of its container's limit, with the chart's figures (32 MiB,
-// a settlement's budget, 64 KiB a gateway stream); nothing limited, nothing to say.
+// of GOMEMLIMIT and 80% of its container's limit, with the chart's figures (32 MiB, a
+// member's budget, a settlement's budget, 64 KiB a gateway stream); nothing limited,
+// nothing to say.
 func TestMemoryShortfall(t *testing.T) {
 	const mib = 1 << 20
-	gateway := map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.openai.com", "TOLLGATE_GATEWAY_MAX_STREAMS": "2000"}
+	// The chart's enforcer: 10,000 members, and with the gateway 2,000 streams.
+	chart := map[string]string{"TOLLGATE_ENFORCER_MEMBER_CAPACITY": "10000"}
+	gateway := map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.openai.com", "TOLLGATE_GATEWAY_MAX_STREAMS": "2000",
+		"TOLLGATE_ENFORCER_MEMBER_CAPACITY": "10000"}
 	failOpen := map[string]string{"TOLLGATE_FAILURE_MODE": "open"}
 	both := map[string]string{"TOLLGATE_FAILURE_MODE": "open"}
 	for k, v := range gateway {
 		both[k] = v
 	}
+	const tail = ": a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"
 	for _, tc := range []struct {
 		name               string
 		env                map[string]string
@@ -213,21 +218,17 @@ func TestMemoryShortfall(t *testing.T) {
 		want               string
 	}{
 		{"nothing limits it", both, math.MaxInt64, 0, ""},
-		{"defaults within GOMEMLIMIT", nil, 200 * mib, 0, ""},
+		{"defaults within GOMEMLIMIT", nil, 600 * mib, 0, ""},
 		{"defaults over GOMEMLIMIT", nil, 100 * mib, 0,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) can hold about 184 MiB, over GOMEMLIMIT (100 MiB): " +
-				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
-		{"the chart's gateway", gateway, 384 * mib, 480 * mib, ""},
-		{"the chart's gateway, its defaults before the longest model was budgeted", gateway, 320 * mib, 400 * mib, ""},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 100000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) can hold about 587 MiB, over GOMEMLIMIT (100 MiB)" + tail},
+		{"the chart's", chart, 384 * mib, 512 * mib, ""},
+		{"the chart's gateway", gateway, 384 * mib, 512 * mib, ""},
 		{"fail-open", failOpen, 200 * mib, 0,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) can hold about 308 MiB, over GOMEMLIMIT (200 MiB): " +
-				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
-		{"the chart's gateway fail-open", both, 384 * mib, 480 * mib,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 433 MiB, over GOMEMLIMIT (384 MiB): " +
-				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 100000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) can hold about 711 MiB, over GOMEMLIMIT (200 MiB)" + tail},
+		{"the chart's gateway fail-open", both, 384 * mib, 512 * mib,
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 10000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 473 MiB, over GOMEMLIMIT (384 MiB)" + tail},
 		{"a container's limit below GOMEMLIMIT", gateway, 320 * mib, 256 * mib,
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 309 MiB, over 80% of the container's memory limit (204 MiB): " +
-				"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")"},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 10000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 349 MiB, over 80% of the container's memory limit (204 MiB)" + tail},
 	} {
 		c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
 		if err != nil {
@@ -235,6 +236,22 @@ func TestMemoryShortfall(t *testing.T) {
 		}
 		if got := c.MemoryShortfall(tc.goLimit, tc.container); got != tc.want {
 			t.Errorf("%s: warning %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The member capacity bounds each cache of what is kept per member or credential.
+func TestMemberCapacityBoundsEachCache(t *testing.T) {
+	for _, n := range []int{1000, 25_000} {
+		c, err := parseConfig(nil, func(k string) string {
+			return map[string]string{"TOLLGATE_ENFORCER_MEMBER_CAPACITY": strconv.Itoa(n)}[k]
+		}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := New(Deps{Config: c})
+		if got := [3]int{e.Identity.Capacity(), e.Records.LastKnownCapacity(), e.Gate.Blocks.Capacity()}; got != [3]int{n, n, n} {
+			t.Errorf("member capacity %d: identities, records and kept blocks bounded at %v", n, got)
 		}
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/identity"
+	"github.com/tollgate-dev/tollgate/enforcer/record"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
 
@@ -16,19 +19,26 @@ import (
 // tollgate.enforcer.checkMemory): the same figures, so that an enforcer started any
 // other way (compose, systemd, a hand-written manifest) is told the same at start.
 const (
-	// baseMemoryBytes is the enforcer's own: Go's runtime, its caches, gRPC's buffers.
+	// baseMemoryBytes is the enforcer's own: Go's runtime, gRPC's buffers. The caches
+	// of what it keeps per member are counted apart (HeapBytesPerMember).
 	baseMemoryBytes = 32 << 20
+	// HeapBytesPerMember is the budget of one member of the member capacity
+	// (TOLLGATE_ENFORCER_MEMBER_CAPACITY), which bounds each of three caches: the
+	// member's last-read usage record, a credential's identity, and the member's kept
+	// 429. Each package holds its measurement to its part.
+	HeapBytesPerMember = record.HeapBytesPerKnownRecord + identity.HeapBytesPerCredential + gate.HeapBytesPerKeptBlock
 	// memoryBytesPerStream is the budget of one gateway stream (51 KiB measured,
 	// docs/gateway.md "Memory per stream"; 96 KiB behind an HTTPS upstream that
 	// speaks only HTTP/1.1, which the program cannot know ahead).
 	memoryBytesPerStream = 64 << 10
 )
 
-// MemoryNeed is what the enforcer's bounds let it hold at once: its own base, every
-// settlement of the settle capacity waiting and kept (with their snapshots when it
-// fails open), and with the gateway every stream of its bound.
+// MemoryNeed is what the enforcer's bounds let it hold at once: its own base, what it
+// keeps for each member of its member capacity, every settlement of the settle
+// capacity waiting and kept (with their snapshots when it fails open), and with the
+// gateway every stream of its bound.
 func (c Config) MemoryNeed() int64 {
-	need := baseMemoryBytes + int64(c.SettleCapacity)*c.settlementBytes()
+	need := baseMemoryBytes + int64(c.MemberCapacity)*HeapBytesPerMember + int64(c.SettleCapacity)*c.settlementBytes()
 	if c.GatewayAddr != "" {
 		need += int64(c.Gateway.MaxStreams) * memoryBytesPerStream
 	}
@@ -59,9 +69,9 @@ func (c Config) MemoryShortfall(goLimit, containerLimit int64) string {
 	if c.GatewayAddr != "" {
 		streams = fmt.Sprintf(" and TOLLGATE_GATEWAY_MAX_STREAMS %d (64 KiB a stream)", c.Gateway.MaxStreams)
 	}
-	return fmt.Sprintf("TOLLGATE_ENFORCER_SETTLE_CAPACITY %d (%d bytes a settlement)%s can hold about %d MiB, over %s (%d MiB): "+
+	return fmt.Sprintf("TOLLGATE_ENFORCER_MEMBER_CAPACITY %d (%d bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY %d (%d bytes a settlement)%s can hold about %d MiB, over %s (%d MiB): "+
 		"a control plane that stops answering could leave the enforcer past it; lower them or raise the limit (docs/enforcer.md, \"Memory\")",
-		c.SettleCapacity, c.settlementBytes(), streams, need>>20, what, limit>>20)
+		c.MemberCapacity, HeapBytesPerMember, c.SettleCapacity, c.settlementBytes(), streams, need>>20, what, limit>>20)
 }
 
 // settlementBytes is the memory budget of one settlement of the capacity: with its

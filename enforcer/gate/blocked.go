@@ -104,6 +104,15 @@ func keyOf(d *decision.Decision, orgID string) blockedKey {
 	return k
 }
 
+// Capacity is the most members kept (Deps.BlockedCapacity, at least one per shard).
+func (c *BlockedMembers) Capacity() int {
+	n := 0
+	for i := range c.shards {
+		n += c.shards[i].max
+	}
+	return n
+}
+
 func (c *BlockedMembers) shard(memberID string) *blockedShard {
 	return &c.shards[maphash.String(c.seed, memberID)%uint64(len(c.shards))]
 }

@@ -94,6 +94,9 @@ type Deps struct {
 	Log      *slog.Logger
 	// FailOpen admits on infrastructure failures instead of answering 503.
 	FailOpen bool
+	// BlockedCapacity bounds the members whose last 429 is kept (BlockedMembers); 0:
+	// DefaultBlockedCapacity.
+	BlockedCapacity int
 	// BlockedTTL is the longest a blocked decision is kept and answered from memory
 	// (see BlockedMembers); 0 keeps none.
 	BlockedTTL time.Duration
@@ -187,7 +190,11 @@ type Gate struct {
 
 // New returns a gate.
 func New(d Deps) *Gate {
-	g := &Gate{Deps: d, Blocks: newBlockedMembers(100_000, d.BlockedTTL, d.Metrics.BlockedCacheHits)}
+	blocked := d.BlockedCapacity
+	if blocked <= 0 {
+		blocked = DefaultBlockedCapacity
+	}
+	g := &Gate{Deps: d, Blocks: newBlockedMembers(blocked, d.BlockedTTL, d.Metrics.BlockedCacheHits)}
 	for _, t := range []*logging.Throttle{&g.authFailed, &g.recordFailed, &g.startFailed, &g.openUnidentified} {
 		t.Clock = d.Clock
 	}

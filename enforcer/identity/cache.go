@@ -203,6 +203,16 @@ func hashOf(secret string) [32]byte {
 	return h
 }
 
+// Capacity is the most entries the cache holds (Config.MaxEntries, at least one per
+// shard).
+func (c *Cache) Capacity() int {
+	n := 0
+	for i := range c.shards {
+		n += c.shards[i].max
+	}
+	return n
+}
+
 func (c *Cache) shard(h *[32]byte) *shard { return &c.shards[h[0]%byte(len(c.shards))] }
 
 // Lookup returns the identity of a raw credential of the given kind. An error means

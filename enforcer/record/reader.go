@@ -315,6 +315,15 @@ func (r *Reader) remember(memberID string, rec *mirror.Record) {
 	r.store(memberID, &known{key: r.layout.MemberKey(memberID), rec: rec})
 }
 
+// LastKnownCapacity is the most members whose last record is kept (Config.LastKnown).
+func (r *Reader) LastKnownCapacity() int {
+	n := 0
+	for i := range r.shards {
+		n += r.shards[i].max
+	}
+	return n
+}
+
 func (r *Reader) shard(memberID string) *lastShard {
 	return &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
 }
