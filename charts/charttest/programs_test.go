@@ -193,6 +193,8 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		// The settle capacity: at least the start capacity (every queued start reserves a settlement).
 		{"enforcer", "enforcer.settleCapacity", "TOLLGATE_ENFORCER_SETTLE_CAPACITY", nil, []string{"1", "4095", "4096", "100000"}},
 		{"enforcer", "enforcer.settleCapacity", "TOLLGATE_ENFORCER_SETTLE_CAPACITY", sidecar, []string{"4095", "4096"}},
+		// The member capacity: at least 1000 (a smaller one sends most checks back to the control plane).
+		{"enforcer", "enforcer.memberCapacity", "TOLLGATE_ENFORCER_MEMBER_CAPACITY", nil, []string{"999", "1000", "20000"}},
 	} {
 		for _, v := range tc.values {
 			args := append(slices.Clone(tc.args), "--set", tc.value+"="+v)

@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
 
 // TestEnforcerSizingIsTheMeasuredOne: the chart's checks of the enforcer's memory and
 // spool use the sizing the enforcer's own tests hold to measurements
 // (settleq.HeapBytesPerSettlement, fail-open settleq.HeapBytesPerFailOpenSettlement,
-// settleq.SpoolBytesPerSettlement), and its default
+// settleq.SpoolBytesPerSettlement, app.HeapBytesPerMember), and its default
 // settle capacity is the program's. Each check is probed at its edge: the largest
 // capacity that fits renders, one more is refused naming that largest one.
 func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
@@ -22,19 +23,41 @@ func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
 		t.Errorf("the chart's default settle capacity is %q, the program's %d", v, settleq.DefaultConfig.Capacity)
 	}
 
-	const base = 32 << 20 // the enforcer's own, besides its settlements and streams
+	members, _ := envValue(c, "TOLLGATE_ENFORCER_MEMBER_CAPACITY")
+	memberCapacity, err := strconv.ParseInt(members, 10, 64)
+	if err != nil || memberCapacity < 1000 {
+		t.Fatalf("the chart's member capacity %q: %v", members, err)
+	}
+	// the enforcer's own, besides its settlements and streams: 32 MiB and its members
+	base := 32<<20 + memberCapacity*app.HeapBytesPerMember
 	limit := int64(512 << 20)
 	for mode, per := range map[string]int64{"closed": settleq.HeapBytesPerSettlement, "open": settleq.HeapBytesPerFailOpenSettlement} {
 		edge := (limit - base) / per
 		memory := []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.failureMode=" + mode,
 			"--set", "enforcer.goRuntime.memoryLimit=512MiB", "--set", "enforcer.resources.limits.memory=1Gi", "--set", "enforcer.settleSpool.enabled=false"}
 		if _, err := render(t, helm, append(memory, "--set", fmt.Sprintf("enforcer.settleCapacity=%d", edge))...); err != nil {
-			t.Errorf("failure mode %s: a settle capacity of %d (%d bytes each and 32 MiB within 512MiB) was refused: %v", mode, edge, per, err)
+			t.Errorf("failure mode %s: a settle capacity of %d (%d bytes each and %d bytes besides within 512MiB) was refused: %v", mode, edge, per, base, err)
 		}
 		_, err := render(t, helm, append(memory, "--set", fmt.Sprintf("enforcer.settleCapacity=%d", edge+1))...)
 		if want := fmt.Sprintf("lower it to %d or fewer", edge); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("failure mode %s: a settle capacity of %d: %v, want it refused: %q", mode, edge+1, err, want)
 		}
+	}
+
+	// The member capacity's budget, at its edge beside a settle capacity of 10,000.
+	const settlements = 10_000
+	memberEdge := (limit - 32<<20 - settlements*settleq.HeapBytesPerSettlement) / app.HeapBytesPerMember
+	withMembers := func(n int64) error {
+		_, err := render(t, helm, "--set", "secrets.existingSecret=s", "--set", fmt.Sprintf("enforcer.settleCapacity=%d", settlements),
+			"--set", "enforcer.goRuntime.memoryLimit=512MiB", "--set", "enforcer.resources.limits.memory=1Gi", "--set", "enforcer.settleSpool.enabled=false",
+			"--set", fmt.Sprintf("enforcer.memberCapacity=%d", n))
+		return err
+	}
+	if err := withMembers(memberEdge); err != nil {
+		t.Errorf("a member capacity of %d (%d bytes each) was refused: %v", memberEdge, app.HeapBytesPerMember, err)
+	}
+	if err := withMembers(memberEdge + 1); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("(%d bytes a member)", app.HeapBytesPerMember)) {
+		t.Errorf("a member capacity of %d: %v, want it refused", memberEdge+1, err)
 	}
 
 	const capacity = 150_000
@@ -72,10 +95,10 @@ func TestNotesSayTheEnforcersMemory(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, `Enforcer memory at most (docs/enforcer.md, "Memory"): about 184 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB): 32 MiB, 152 MiB for enforcer.settleCapacity 100000.`},
+		{nil, `Enforcer memory at most (docs/enforcer.md, "Memory"): about 224 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB): 32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member), 152 MiB for enforcer.settleCapacity 100000.`},
 		{[]string{"--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits.memory=512Mi"},
-			"about 309 MiB of the 409 MiB it may use (80% of enforcer.resources.limits.memory 512Mi): 32 MiB, 152 MiB for enforcer.settleCapacity 100000, 125 MiB for 2000 gateway streams."},
-		{[]string{"--set", "enforcer.settleCapacity=null"}, "about 32 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB).\n  Its settle capacity is not counted"},
+			"about 349 MiB of the 409 MiB it may use (80% of enforcer.resources.limits.memory 512Mi): 32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member), 152 MiB for enforcer.settleCapacity 100000, 125 MiB for 2000 gateway streams."},
+		{[]string{"--set", "enforcer.settleCapacity=null"}, "about 72 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB).\n  Its settle capacity is not counted"},
 	} {
 		if got := notes(c.args...); !strings.Contains(got, c.want) {
 			t.Errorf("%v: the notes do not say %q:\n%s", c.args, c.want, got)

@@ -113,42 +113,49 @@ func TestValuesRejected(t *testing.T) {
 		{"gateway body timeout without unit", append(gw, "--set-string", "enforcer.gateway.bodyTimeout=60"), "/enforcer/gateway/bodyTimeout"},
 		{"gateway body limit as text", append(gw, "--set-string", "enforcer.gateway.maxBodyBytes=16MiB"), "/enforcer/gateway/maxBodyBytes"},
 		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
-		// The stream bound against the enforcer's memory (32 MiB, 1600 bytes a settlement
-		// of the settle capacity, 64 KiB a stream).
+		// The stream bound against the enforcer's memory (32 MiB, 4220 bytes a member of
+		// the member capacity, 1600 bytes a settlement of the settle capacity, 64 KiB a stream).
 		{"gateway streams beyond GOMEMLIMIT", append(gw, "--set", "enforcer.gateway.maxStreams=10000"),
-			"enforcer.gateway.maxStreams 10000 needs about 809 MiB of the enforcer's memory (32 MiB; 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 3190 or fewer"},
-		// A raised bound does not fit at 96 KiB a stream (an HTTPS upstream that speaks
-		// only HTTP/1.1, or one that compresses its streams anyway); the default does
-		// (TestValuesAccepted).
-		{"gateway streams at a larger budget a stream", append(gw, "--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=2500"),
-			"enforcer.gateway.maxStreams 2500 needs about 418 MiB of the enforcer's memory (32 MiB; 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 96 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 2127 or fewer"},
+			"enforcer.gateway.maxStreams 10000 needs about 849 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 2546 or fewer"},
+		// The default bound does not fit at 96 KiB a stream (an HTTPS upstream that speaks
+		// only HTTP/1.1, or one that compresses its streams anyway).
+		{"gateway streams at a larger budget a stream", append(gw, "--set", "enforcer.gateway.memoryPerStream=96Ki"),
+			"enforcer.gateway.maxStreams 2000 needs about 412 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 96 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 1697 or fewer"},
 		{"gateway budget a stream in words", append(gw, "--set-string", "enforcer.gateway.memoryPerStream=a lot"), "/enforcer/gateway/memoryPerStream"},
 		{"gateway streams beyond the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=20000", "--set", "enforcer.resources.limits.memory=1Gi"),
-			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 10153 or fewer"},
+			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 9509 or fewer"},
 		{"gateway streams beyond a decimal container limit", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M",
 			"--set", "enforcer.settleCapacity=10000"),
-			"over 80% of enforcer.resources.limits.memory 200M: lower maxStreams to 1685 or fewer"},
+			"over 80% of enforcer.resources.limits.memory 200M: lower maxStreams to 1041 or fewer"},
 		// Where the settle capacity alone fills the memory, no bound on the streams fits:
 		// the message names the capacity instead of "0 or fewer" streams.
 		{"no room for a stream beside the settle capacity", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M"),
 			"over 80% of enforcer.resources.limits.memory 200M: the settle capacity leaves no room for a stream: lower enforcer.settleCapacity 100000, or raise"},
 		// The stream bound is checked against the lower of GOMEMLIMIT and 80% of the
-		// container's limit: 2200 streams and 10,000 settlements need about 184 MiB,
+		// container's limit: 2200 streams, 10,000 settlements and members need about 225 MiB,
 		// within a GOMEMLIMIT of 190MiB but past 80% of 200Mi (160 MiB).
 		{"gateway streams within GOMEMLIMIT, beyond 80% of the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=190MiB", "--set", "enforcer.resources.limits.memory=200Mi",
 			"--set", "enforcer.gateway.maxStreams=2200", "--set", "enforcer.settleCapacity=10000"),
-			"over 80% of enforcer.resources.limits.memory 200Mi: lower maxStreams to 1803 or fewer"},
+			"over 80% of enforcer.resources.limits.memory 200Mi: lower maxStreams to 1159 or fewer"},
 		// The settle capacity against the enforcer's memory, gateway or not: a control
 		// plane that stops answering leaves that many settlements waiting in memory.
 		{"settle capacity beyond GOMEMLIMIT", append(ok, "--set", "enforcer.settleCapacity=500000"),
-			"enforcer.settleCapacity 500000 needs about 794 MiB of the enforcer's memory (32 MiB and 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: lower it to 230686 or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it"},
+			"enforcer.settleCapacity 500000 needs about 835 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: lower it to 204311 or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it"},
 		// Fail-open, each settlement carries its own snapshot: the default gateway does not fit.
 		{"gateway streams fail-open", append(gw, "--set", "enforcer.failureMode=open"),
-			"enforcer.gateway.maxStreams 2000 needs about 433 MiB of the enforcer's memory (32 MiB; 276 MiB for enforcer.settleCapacity 100000, 2900 bytes a settlement fail-open: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 1206 or fewer"},
+			"enforcer.gateway.maxStreams 2000 needs about 473 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 276 MiB for enforcer.settleCapacity 100000, 2900 bytes a settlement fail-open: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 563 or fewer"},
 		{"settle capacity of extraEnv beyond GOMEMLIMIT, in sidecar mode", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=400000"),
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=400000 of enforcer.extraEnv needs about 642 MiB of the enforcer's memory"},
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=400000 of enforcer.extraEnv needs about 682 MiB of the enforcer's memory"},
 		{"settle capacity of extraEnv in words", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=lots"),
 			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=lots of enforcer.extraEnv: TOLLGATE_ENFORCER_SETTLE_CAPACITY must be a positive whole number"},
+		// The member capacity against the enforcer's memory: its caches fill as members come.
+		{"member capacity beyond GOMEMLIMIT", append(ok, "--set", "enforcer.memberCapacity=100000"),
+			"enforcer.settleCapacity 100000 needs about 587 MiB of the enforcer's memory (32 MiB, 402 MiB for enforcer.memberCapacity 100000 (4220 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: enforcer.memberCapacity 100000 leaves no room for settlements: lower it"},
+		{"member capacity of extraEnv beyond GOMEMLIMIT", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_MEMBER_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=50000"),
+			"201 MiB for TOLLGATE_ENFORCER_MEMBER_CAPACITY=50000 of enforcer.extraEnv (4220 bytes a member)"},
+		{"member capacity of extraEnv in words", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_MEMBER_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=lots"),
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY=lots of enforcer.extraEnv: TOLLGATE_ENFORCER_MEMBER_CAPACITY must be a positive whole number"},
+		{"member capacity as text", append(ok, "--set-string", "enforcer.memberCapacity=many"), "/enforcer/memberCapacity"},
 		{"settle capacity as text", append(ok, "--set-string", "enforcer.settleCapacity=many"), "/enforcer/settleCapacity"},
 		{"settle capacity of zero", append(ok, "--set", "enforcer.settleCapacity=0"), "/enforcer/settleCapacity"},
 		// The spool must hold what the settle capacity lets wait (850 bytes a settlement).
@@ -162,8 +169,8 @@ func TestValuesRejected(t *testing.T) {
 			"enforcer.goRuntime.memoryLimit 384MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 128Mi: the kernel kills the enforcer before its garbage collector feels the limit. Set enforcer.goRuntime.memoryLimit to about 80% of the container's limit (102MiB)"},
 		{"control plane GOMEMLIMIT above its memory limit", append(ok, "--set", "controlplane.resources.limits.memory=256Mi"),
 			"controlplane.goRuntime.memoryLimit 400MiB (GOMEMLIMIT) is not below controlplane.resources.limits.memory 256Mi"},
-		{"sidecar GOMEMLIMIT at its memory limit", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.goRuntime.memoryLimit=480MiB"),
-			"enforcer.goRuntime.memoryLimit 480MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 480Mi"},
+		{"sidecar GOMEMLIMIT at its memory limit", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.goRuntime.memoryLimit=512MiB"),
+			"enforcer.goRuntime.memoryLimit 512MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 512Mi"},
 		{"GOMEMLIMIT of extraEnv above the memory limit", append(ok, "--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=600MiB"),
 			"GOMEMLIMIT=600MiB of controlplane.extraEnv is not below controlplane.resources.limits.memory 512Mi: the kernel kills the control plane before its garbage collector feels the limit. Set the GOMEMLIMIT of controlplane.extraEnv to about 80% of the container's limit (409MiB)"},
 		{"gateway with GOMEMLIMIT above its memory limit", append(gw, "--set", "enforcer.resources.limits.memory=128Mi"),
@@ -304,19 +311,19 @@ func TestValuesAccepted(t *testing.T) {
 			"--set", "enforcer.gateway.routes[0].oauth2.clientID=tollgate", "--set", "enforcer.gateway.routes[0].oauth2.clientSecretEnv=LLM_CLIENT_SECRET", "--set", "enforcer.extraEnvFrom[0].secretRef.name=llm-client"}},
 		// The stream bound and the memory it needs (values.yaml's maxStreams comment).
 		{"gateway with 10000 streams and the memory for them", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
-			"--set", "enforcer.gateway.maxStreams=10000", "--set", "enforcer.goRuntime.memoryLimit=850MiB", "--set", "enforcer.resources.limits.memory=1100Mi"}},
+			"--set", "enforcer.gateway.maxStreams=10000", "--set", "enforcer.goRuntime.memoryLimit=900MiB", "--set", "enforcer.resources.limits.memory=1150Mi"}},
 		{"gateway streams at the edge of GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
-			"--set", "enforcer.gateway.maxStreams=3190"}},
+			"--set", "enforcer.gateway.maxStreams=2546"}},
 		{"gateway streams at a larger budget, within GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://llm.internal",
-			"--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=2127"}},
-		{"gateway's default streams at a larger budget", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://llm.internal",
-			"--set", "enforcer.gateway.memoryPerStream=96Ki"}},
+			"--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=1697"}},
+		{"a member capacity raised with the memory", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.memberCapacity=100000",
+			"--set", "enforcer.goRuntime.memoryLimit=600MiB", "--set", "enforcer.resources.limits.memory=750Mi"}},
 		{"gateway streams without any memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.maxStreams=100000", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits=null"}},
 		{"drains within longer grace periods", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.shutdownTimeout=1m30s", "--set", "enforcer.terminationGracePeriodSeconds=91",
 			"--set", "controlplane.shutdownTimeout=1.5m", "--set", "controlplane.terminationGracePeriodSeconds=120"}},
 		{"a sidecar's sub-second drain", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=999ms", "--set", "enforcer.shutdownDelay=0s", "--set", "enforcer.terminationGracePeriodSeconds=1"}},
-		{"GOMEMLIMIT lowered with the memory limit and the settle capacity", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=128Mi", "--set", "enforcer.goRuntime.memoryLimit=100MiB", "--set", "enforcer.settleCapacity=40000",
+		{"GOMEMLIMIT lowered with the memory limit and the capacities", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=128Mi", "--set", "enforcer.goRuntime.memoryLimit=100MiB", "--set", "enforcer.settleCapacity=20000", "--set", "enforcer.memberCapacity=5000",
 			"--set", "controlplane.resources.limits.memory=256Mi", "--set", "controlplane.goRuntime.memoryLimit=200MiB"}},
 		{"GOMEMLIMIT of extraEnv below a raised memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.resources.limits.memory=1Gi",
 			"--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=800MiB"}},

@@ -388,6 +388,10 @@ env:
   - name: TOLLGATE_ENFORCER_SETTLE_CAPACITY
     value: {{ $e.settleCapacity | int64 | quote }}
   {{- end }}
+  {{- if hasKey $e "memberCapacity" }}
+  - name: TOLLGATE_ENFORCER_MEMBER_CAPACITY
+    value: {{ $e.memberCapacity | int64 | quote }}
+  {{- end }}
   {{- if $e.settleSpool.enabled }}
   - name: TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR
     value: {{ include "tollgate.settleSpool.dir" . }}
@@ -481,8 +485,9 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{- end -}}
 
 {{/*
-The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 1600 bytes for
-each settlement of its settle capacity (settleq.HeapBytesPerSettlement: one waiting
+The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 4220 bytes for
+each member of its member capacity (app.HeapBytesPerMember: a last-read usage record,
+an identity and a kept 429), 1600 bytes for each settlement of its settle capacity (settleq.HeapBytesPerSettlement: one waiting
 unanswered and one kept for a rebuild, naming a model as long as a request may; 2900
 fail-open, whose settlements carry their snapshots:
 settleq.HeapBytesPerFailOpenSettlement), and with the gateway,
@@ -499,10 +504,10 @@ it holds, where the bounds would have answered 503.
 {{- if and $m.limit (gt (int64 $m.need) (int64 $m.limit)) -}}
 {{- $fail := ternary " fail-open" "" (eq (int64 $m.per) 2900) -}}
 {{- if $m.streams -}}
-{{- $fits := div (sub (sub (int64 $m.limit) 33554432) (int64 $m.settlements)) (int64 $m.perStream) -}}
-{{- $own := "32 MiB" -}}
+{{- $fits := div (sub (sub (int64 $m.limit) (int64 $m.base)) (int64 $m.settlements)) (int64 $m.perStream) -}}
+{{- $own := $m.baseText -}}
 {{- if $m.capacity -}}
-{{- $own = printf "32 MiB; %d MiB for %s, %d bytes a settlement%s: docs/enforcer.md, \"Memory\"" (div $m.settlements 1048576) $m.capacityWhat (int64 $m.per) $fail -}}
+{{- $own = printf "%s; %d MiB for %s, %d bytes a settlement%s: docs/enforcer.md, \"Memory\"" $m.baseText (div $m.settlements 1048576) $m.capacityWhat (int64 $m.per) $fail -}}
 {{- end -}}
 {{- $lower := printf "lower maxStreams to %d or fewer" (max $fits 0) -}}
 {{- if and (lt $fits 1) $m.capacity -}}
@@ -510,15 +515,20 @@ it holds, where the bounds would have answered 503.
 {{- end -}}
 {{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: %s, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" (int64 $m.streams) (div $m.need 1048576) $own (div $m.perStream 1024) $m.what $lower) -}}
 {{- else -}}
-{{- $fits := div (sub (int64 $m.limit) 33554432) (int64 $m.per) -}}
-{{- fail (printf "%s needs about %d MiB of the enforcer's memory (32 MiB and %d bytes a settlement%s: docs/enforcer.md, \"Memory\"), over %s: lower it to %d or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $m.capacityWhat (div $m.need 1048576) (int64 $m.per) $fail $m.what (max $fits 0)) -}}
+{{- $fits := div (sub (int64 $m.limit) (int64 $m.base)) (int64 $m.per) -}}
+{{- $lower := printf "lower it to %d or fewer" (max $fits 0) -}}
+{{- if and (lt $fits 1) (gt (int64 $m.base) 33554432) -}}
+{{- $lower = printf "%s leaves no room for settlements: lower it" $m.memberWhat -}}
+{{- end -}}
+{{- fail (printf "%s needs about %d MiB of the enforcer's memory (%s; %d bytes a settlement%s: docs/enforcer.md, \"Memory\"), over %s: %s, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $m.capacityWhat (div $m.need 1048576) $m.baseText (int64 $m.per) $fail $m.what $lower) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{/*
 The sums of tollgate.enforcer.checkMemory, as JSON (bytes): need, and limit ("" when
-nothing limits it) with what names it; settlements and per (a settlement's budget),
+nothing limits it) with what names it; base (32 MiB and the member capacity's
+memory, when the values set it) and baseText, its words; settlements and per (a settlement's budget),
 capacity and capacityWhat (capacity "" when the values do not set it); streams (0
 without the gateway) and perStream. NOTES.txt prints them.
 */}}
@@ -548,8 +558,37 @@ without the gateway) and perStream. NOTES.txt prints them.
 {{- fail (printf "enforcer.gateway.memoryPerStream %q is no memory quantity (such as 64Ki or 96Ki)" (toString $e.gateway.memoryPerStream)) -}}
 {{- end -}}
 {{- end -}}
-{{- $need := add 33554432 $settlements (mul $streams (int64 $perStream)) -}}
-{{- toJson (dict "need" $need "limit" $limit "what" $what "settlements" $settlements "per" $per "capacity" $c.value "capacityWhat" $c.what "streams" $streams "perStream" (int64 $perStream)) -}}
+{{- $base := 33554432 -}}
+{{- $baseText := "32 MiB" -}}
+{{- $members := include "tollgate.enforcer.memberCapacity" . | fromJson -}}
+{{- if $members.value -}}
+{{- $memberBytes := mul (int64 $members.value) 4220 -}}
+{{- $base = add $base $memberBytes -}}
+{{- $baseText = printf "32 MiB, %d MiB for %s (4220 bytes a member)" (div $memberBytes 1048576) $members.what -}}
+{{- end -}}
+{{- $need := add $base $settlements (mul $streams (int64 $perStream)) -}}
+{{- toJson (dict "need" $need "limit" $limit "what" $what "base" $base "baseText" $baseText "memberWhat" $members.what "settlements" $settlements "per" $per "capacity" $c.value "capacityWhat" $c.what "streams" $streams "perStream" (int64 $perStream)) -}}
+{{- end -}}
+
+{{/*
+The member capacity the enforcer gets (tollgate.envSetting of
+TOLLGATE_ENFORCER_MEMBER_CAPACITY), a whole number of at least 1000 (the enforcer's
+bound), as JSON; value ""
+when neither sets it (values reused from a release before enforcer.memberCapacity,
+whose enforcer keeps the program's default, uncounted as that release left it).
+*/}}
+{{- define "tollgate.enforcer.memberCapacity" -}}
+{{- $e := .Values.enforcer -}}
+{{- $set := ternary (toString (int64 $e.memberCapacity)) "" (hasKey $e "memberCapacity") -}}
+{{- $c := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_MEMBER_CAPACITY" "value" $set "setter" "enforcer.memberCapacity") | fromJson -}}
+{{- if and $c.value (not (regexMatch "^[1-9][0-9]*$" $c.value)) -}}
+{{- fail (printf "%s: TOLLGATE_ENFORCER_MEMBER_CAPACITY must be a positive whole number" $c.what) -}}
+{{- end -}}
+{{- /* The enforcer's own bound (enforcer/app/config.go), in its words. */ -}}
+{{- if and $c.value (lt (int64 $c.value) 1000) -}}
+{{- fail (printf "%s: TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000 (a smaller one would send most checks back to the control plane)" $c.what) -}}
+{{- end -}}
+{{- toJson $c -}}
 {{- end -}}
 
 {{/*
