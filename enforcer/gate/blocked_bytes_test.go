@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/heapsize"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -37,14 +38,9 @@ func keptBlockBytes(tb testing.TB, n int) float64 {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	d := blockedEverywhere(tb, now)
 	c := newBlockedMembers(n, time.Second, metrics.Discard().BlockedCacheHits)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range n {
+	held := heapsize.Held(n, func(i int) {
 		c.body(&d, "org_01m90a2n1pedwt723k5h025e2f", fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i), now, keep{})
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	})
 	kept := 0
 	for i := range c.shards {
 		kept += len(c.shards[i].m)
@@ -53,7 +49,7 @@ func keptBlockBytes(tb testing.TB, n int) float64 {
 		tb.Fatalf("%d members kept of %d", kept, n)
 	}
 	runtime.KeepAlive(c)
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(kept)
+	return float64(held) / float64(kept)
 }
 
 // A kept block costs no more than its budget, which the enforcer's sizing counts for

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/heapsize"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
@@ -21,23 +22,18 @@ import (
 // plane's.
 func cachedIdentityBytes(tb testing.TB, n int) float64 {
 	c := New(nil, Config{MaxEntries: n}, clock.System{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range n {
+	held := heapsize.Held(n, func(i int) {
 		id := Identity{Found: true, Active: true, OrganizationID: "org_01m90a2n1pedwt723k5h025e2f",
 			MemberID: fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i), UserID: fmt.Sprintf("usr_01m90a2n1pedwt72%08d", i),
 			APIKeyID: fmt.Sprintf("key_01m90a2n1pedwt72%08d", i)}
 		c.store(sha256.Sum256(fmt.Append(nil, "tgk_", i)), internalv1.CredentialKind_CREDENTIAL_KIND_API_KEY, id, time.Time{}, c.epoch.Load())
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	})
 	kept := c.Len() // a full shard evicts for a newcomer: the shards fill unevenly
 	if kept < n*9/10 {
 		tb.Fatalf("%d identities kept of %d", kept, n)
 	}
 	runtime.KeepAlive(c)
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(kept)
+	return float64(held) / float64(kept)
 }
 
 // A cached identity costs no more than its budget, which the enforcer's sizing counts

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/heapsize"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -52,20 +53,13 @@ func readRecord(tb testing.TB, r *Reader, i, ownPrices int) (string, *known) {
 func lastKnownBytes(tb testing.TB, n, ownPrices int) float64 {
 	r := New(nil, mirror.Layout{Prefix: "tg:"}, noResolver{}, Config{LastKnown: n}, metrics.New(prometheus.NewRegistry()),
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range n {
-		r.store(readRecord(tb, r, i, ownPrices))
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	held := heapsize.Held(n, func(i int) { r.store(readRecord(tb, r, i, ownPrices)) })
 	kept := r.lastKnownLen()
 	if kept < n*9/10 {
 		tb.Fatalf("%d records kept of %d members", kept, n)
 	}
 	runtime.KeepAlive(r)
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(kept)
+	return float64(held) / float64(kept)
 }
 
 // A kept record costs no more than its budget, which the enforcer's sizing counts for

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/internal/heapsize"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -33,15 +34,7 @@ func gatewaySettlement(i int) *internalv1.SettleItem {
 
 // heapPer is the heap that n calls of add hold once collected, per call.
 func heapPer(n int, add func(i int)) float64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range n {
-		add(i)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+	return float64(heapsize.Held(n, add)) / float64(n)
 }
 
 // failOpenSettlement is gatewaySettlement admitted without a durable start (fail-open):
