@@ -153,6 +153,9 @@ func TestValuesRejected(t *testing.T) {
 			"enforcer.settleCapacity 100000 needs about 587 MiB of the enforcer's memory (32 MiB, 402 MiB for enforcer.memberCapacity 100000 (4220 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: enforcer.memberCapacity 100000 leaves no room for settlements: lower it"},
 		{"member capacity of extraEnv beyond GOMEMLIMIT", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_MEMBER_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=50000"),
 			"201 MiB for TOLLGATE_ENFORCER_MEMBER_CAPACITY=50000 of enforcer.extraEnv (4220 bytes a member)"},
+		// Values reused from a release before settleCapacity, with a member capacity set.
+		{"member capacity alone beyond GOMEMLIMIT", append(ok, "--set", "enforcer.settleCapacity=null", "--set", "enforcer.memberCapacity=100000"),
+			"enforcer.memberCapacity 100000 needs about 434 MiB of the enforcer's memory (32 MiB, 402 MiB for enforcer.memberCapacity 100000 (4220 bytes a member)), over enforcer.goRuntime.memoryLimit 384MiB: lower it"},
 		{"member capacity of extraEnv in words", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_MEMBER_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=lots"),
 			"TOLLGATE_ENFORCER_MEMBER_CAPACITY=lots of enforcer.extraEnv: TOLLGATE_ENFORCER_MEMBER_CAPACITY must be a positive whole number"},
 		{"member capacity as text", append(ok, "--set-string", "enforcer.memberCapacity=many"), "/enforcer/memberCapacity"},

@@ -487,7 +487,8 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{/*
 The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 4220 bytes for
 each member of its member capacity (app.HeapBytesPerMember: a last-read usage record,
-an identity and a kept 429), 1600 bytes for each settlement of its settle capacity (settleq.HeapBytesPerSettlement: one waiting
+an identity and a kept 429), 1600 bytes for each settlement of its settle capacity
+(settleq.HeapBytesPerSettlement: one waiting
 unanswered and one kept for a rebuild, naming a model as long as a request may; 2900
 fail-open, whose settlements carry their snapshots:
 settleq.HeapBytesPerFailOpenSettlement), and with the gateway,
@@ -514,6 +515,8 @@ it holds, where the bounds would have answered 503.
 {{- $lower = printf "the settle capacity leaves no room for a stream: lower %s" $m.capacityWhat -}}
 {{- end -}}
 {{- fail (printf "enforcer.gateway.maxStreams %d needs about %d MiB of the enforcer's memory (%s; %d KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over %s: %s, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" (int64 $m.streams) (div $m.need 1048576) $own (div $m.perStream 1024) $m.what $lower) -}}
+{{- else if not $m.capacity -}}
+{{- fail (printf "%s needs about %d MiB of the enforcer's memory (%s), over %s: lower it, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it" $m.memberWhat (div $m.need 1048576) $m.baseText $m.what) -}}
 {{- else -}}
 {{- $fits := div (sub (int64 $m.limit) (int64 $m.base)) (int64 $m.per) -}}
 {{- $lower := printf "lower it to %d or fewer" (max $fits 0) -}}
