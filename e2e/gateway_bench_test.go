@@ -161,9 +161,9 @@ const (
 // Processes: the timed cases (json, sse) run the control plane and the enforcer each in
 // a process of its own (this test binary again, as TestMain's children), as they are
 // deployed, with the Go runtime settings the Helm chart gives them (GOGC 400; memory
-// limit 384 MiB for the enforcer, 400 MiB for the control plane) and the chart's bound
-// on the enforcer's streams (2,000), under which the enforcer's memory check at start
-// finds nothing to warn of (200 MiB and the program's 10,000 streams until 2026-12-04,
+// limit 384 MiB for the enforcer, 400 MiB for the control plane) and the chart's bounds
+// on the enforcer's streams (2,000) and members (10,000), under which the enforcer's
+// memory check at start finds nothing to warn of (200 MiB and the program's 10,000 streams until 2026-12-04,
 // which it warned of). The load generator and
 // the fake upstream share this process, whose garbage collector the programs no longer
 // share: in one process, the control plane's allocations (most of them pgx's) made the
@@ -272,6 +272,7 @@ func BenchmarkGateway(b *testing.B) {
 		cpEnv := map[string]string{"GOGC": "400", "GOMEMLIMIT": "400MiB"}
 		enfEnv := maps.Clone(gwEnv)
 		enfEnv["GOGC"], enfEnv["GOMEMLIMIT"], enfEnv["TOLLGATE_GATEWAY_MAX_STREAMS"] = "400", "384MiB", "2000"
+		enfEnv["TOLLGATE_ENFORCER_MEMBER_CAPACITY"] = "10000" // the chart's too
 		if n := os.Getenv("TOLLGATE_BENCH_CHILD_GOMAXPROCS"); n != "" {
 			cpEnv["GOMAXPROCS"], enfEnv["GOMAXPROCS"] = n, n
 		}
