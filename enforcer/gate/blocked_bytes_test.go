@@ -38,34 +38,24 @@ func keptBlockBytes(tb testing.TB, n int) float64 {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	d := blockedEverywhere(tb, now)
 	c := newBlockedMembers(n, time.Second, metrics.Discard().BlockedCacheHits)
-	held := heapsize.Held(n, func(i int) {
+	per := heapsize.PerKept(tb, n, func(i int) {
 		c.body(&d, "org_01m90a2n1pedwt723k5h025e2f", fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i), now, keep{})
+	}, func() int {
+		kept := 0
+		for i := range c.shards {
+			kept += len(c.shards[i].m)
+		}
+		return kept
 	})
-	kept := 0
-	for i := range c.shards {
-		kept += len(c.shards[i].m)
-	}
-	if kept < n*9/10 {
-		tb.Fatalf("%d members kept of %d", kept, n)
-	}
 	runtime.KeepAlive(c)
-	return float64(held) / float64(kept)
+	return per
 }
 
 // A kept block costs no more than its budget, which the enforcer's sizing counts for
 // each member of its member capacity.
-// Measured at several sizes: the cost varies with how full the map's last growth left it.
 func TestAKeptBlockFitsItsBudget(t *testing.T) {
-	for _, n := range []int{5_000, 15_000, 30_000} {
-		per := keptBlockBytes(t, n)
-		if per < 500 {
-			t.Fatalf("%.0f bytes a kept block: the measurement is broken", per)
-		}
-		if per > HeapBytesPerKeptBlock {
-			t.Errorf("%d members: %.0f bytes a kept block, over HeapBytesPerKeptBlock %d: raise it", n, per, HeapBytesPerKeptBlock)
-		}
-		t.Logf("%d members: %.0f bytes a kept block, budgeted %d", n, per, HeapBytesPerKeptBlock)
-	}
+	heapsize.WithinBudget(t, "kept block", "HeapBytesPerKeptBlock", []int{5_000, 15_000, 30_000},
+		func(n int) float64 { return keptBlockBytes(t, n) }, 500, HeapBytesPerKeptBlock)
 }
 
 // BenchmarkKeptBlockBytes measures the heap the gate holds for each member it refused
