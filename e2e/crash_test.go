@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	stopProfiles := childProfiles(os.Getenv(childProfileEnv))
+	stopMemory := childMemoryReports(os.Getenv(childMemoryEnv))
 	var err error
 	switch role {
 	case "enforcer":
@@ -54,6 +55,7 @@ func TestMain(m *testing.M) {
 	}
 	stop()
 	stopProfiles()
+	stopMemory()
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
 		os.Exit(1)
@@ -86,6 +88,62 @@ func childProfiles(prefix string) (stop func()) {
 			a.Close()
 		}
 	}
+}
+
+// childMemoryEnv, set in a child's environment to a file path, makes it write its
+// memory to that file (sampleMemory after collecting garbage, as memSample.encode
+// writes it) each time it receives SIGUSR1: how a test reads what a real enforcer
+// process keeps live (child.memory).
+const childMemoryEnv = "TOLLGATE_E2E_CHILD_MEMORY"
+
+func childMemoryReports(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	asked := make(chan os.Signal, 1)
+	signal.Notify(asked, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-asked:
+			case <-done:
+				return
+			}
+			// Written whole, then renamed, so that a reader never sees half of it.
+			tmp := path + ".tmp"
+			err := os.WriteFile(tmp, []byte(sampleMemory().encode()), 0o644)
+			if err == nil {
+				err = os.Rename(tmp, path)
+			}
+			if err != nil {
+				os.Stderr.WriteString("memory report: " + err.Error() + "\n")
+			}
+		}
+	}()
+	return func() { signal.Stop(asked); close(done) }
+}
+
+// memory asks the child (started with childMemoryEnv set to path) for its memory and
+// waits for the answer.
+func (c *child) memory(t testing.TB, path string) memSample {
+	t.Helper()
+	_ = os.Remove(path)
+	if err := c.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	var m memSample
+	waitFor(t, 30*time.Second, "the child's memory report", func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		if m, err = decodeMemSample(string(b)); err != nil {
+			t.Fatalf("the child's memory report %q: %v", b, err)
+		}
+		return true
+	})
+	return m
 }
 
 // child is a program running in its own process.

@@ -1236,6 +1236,22 @@ func sampleMemory() memSample {
 	return out
 }
 
+// live is what the process keeps in use: the heap's live objects and the unused parts
+// of their spans, goroutine stacks and the runtime's metadata; not the free pages the
+// heap keeps to reuse, nor those returned to the system.
+func (m memSample) live() int64 { return m.heap + m.unused + m.stacks + m.meta }
+
+// encode and decodeMemSample carry a sample from a child process (childMemoryEnv).
+func (m memSample) encode() string {
+	return fmt.Sprintf("%d %d %d %d %d %d %d %d %d", m.rss, m.heap, m.stacks, m.goroutines, m.unused, m.free, m.meta, m.allocs, m.allocBytes)
+}
+
+func decodeMemSample(s string) (memSample, error) {
+	var m memSample
+	_, err := fmt.Sscan(s, &m.rss, &m.heap, &m.stacks, &m.goroutines, &m.unused, &m.free, &m.meta, &m.allocs, &m.allocBytes)
+	return m, err
+}
+
 func (m memSample) minus(o memSample) memSample {
 	return memSample{rss: m.rss - o.rss, heap: m.heap - o.heap, stacks: m.stacks - o.stacks, goroutines: m.goroutines - o.goroutines,
 		unused: m.unused - o.unused, free: m.free - o.free, meta: m.meta - o.meta, allocs: m.allocs - o.allocs, allocBytes: m.allocBytes - o.allocBytes}

@@ -28,8 +28,8 @@ func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
 	if err != nil || memberCapacity < 1000 {
 		t.Fatalf("the chart's member capacity %q: %v", members, err)
 	}
-	// the enforcer's own, besides its settlements and streams: 32 MiB and its members
-	base := 32<<20 + memberCapacity*app.HeapBytesPerMember
+	// the enforcer's own, besides its settlements and streams: its base and its members
+	base := app.BaseMemoryBytes + memberCapacity*app.HeapBytesPerMember
 	limit := int64(512 << 20)
 	for mode, per := range map[string]int64{"closed": settleq.HeapBytesPerSettlement, "open": settleq.HeapBytesPerFailOpenSettlement} {
 		edge := (limit - base) / per
@@ -46,7 +46,7 @@ func TestEnforcerSizingIsTheMeasuredOne(t *testing.T) {
 
 	// The member capacity's budget, at its edge beside a settle capacity of 10,000.
 	const settlements = 10_000
-	memberEdge := (limit - 32<<20 - settlements*settleq.HeapBytesPerSettlement) / app.HeapBytesPerMember
+	memberEdge := (limit - app.BaseMemoryBytes - settlements*settleq.HeapBytesPerSettlement) / app.HeapBytesPerMember
 	withMembers := func(n int64) error {
 		_, err := render(t, helm, "--set", "secrets.existingSecret=s", "--set", fmt.Sprintf("enforcer.settleCapacity=%d", settlements),
 			"--set", "enforcer.goRuntime.memoryLimit=512MiB", "--set", "enforcer.resources.limits.memory=1Gi", "--set", "enforcer.settleSpool.enabled=false",

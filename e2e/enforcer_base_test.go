@@ -1,0 +1,138 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+)
+
+// TestEnforcersBaseFitsItsBudget measures what a real enforcer process keeps live once
+// it has served every kind of request (the gateway's JSON and streams, Envoy's
+// ext_authz and ext_proc, forward-auth /check) for 32 members, with the Helm chart's
+// settings (GOGC 400, GOMEMLIMIT 384MiB, 2,000 streams, 10,000 members, a settlement
+// spool), and holds it to what the chart's memory check and the enforcer's start
+// warning count for it: enfapp.BaseMemoryBytes, plus enfapp.HeapBytesPerMember for each
+// member served (their credentials, records and kept refusals are measured on their
+// own, enforcer/record, identity and gate). Its settlements and streams are done when it
+// is measured: those have budgets of their own (settleq's sizing, the gateway's idle
+// streams in BenchmarkGateway).
+//
+// The enforcer is this test binary again (TestMain's child), which links the control
+// plane's and the tests' packages too: their package variables and what their init
+// functions allocate are in the measurement, so it is, if anything, above a real
+// enforcer's.
+func TestEnforcersBaseFitsItsBudget(t *testing.T) {
+	t.Parallel()
+	up := newBenchUpstream()
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	// No limit refuses anything: every request is admitted, started, proxied and settled.
+	s.must(t, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
+		map[string]any{"revision": 1}, nil)
+	keys := []string{o.key}
+	for i := range gwMembers - 1 {
+		keys = append(keys, s.apiKey(t, o, s.invite(t, o, fmt.Sprintf("member%d", i))))
+	}
+
+	report := filepath.Join(t.TempDir(), "memory")
+	enf := startChildEnforcer(t, s, map[string]string{
+		"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": upSrv.URL,
+		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization,
+		// The chart's defaults (charts/tollgate/values.yaml).
+		"GOGC": "400", "GOMEMLIMIT": "384MiB", "TOLLGATE_GATEWAY_MAX_STREAMS": "2000",
+		"TOLLGATE_ENFORCER_MEMBER_CAPACITY": "10000", "TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": t.TempDir(),
+		childMemoryEnv: report,
+	})
+	started := enf.memory(t, report)
+
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &benchClient{http: &http.Client{Transport: tr}, up: up, keys: keys, json: chatBody(false), stream: chatBody(true)}
+	gw, v := enf.view.gateway, enf.view
+	mustServe := func(what string, r pacedResult) {
+		t.Helper()
+		if r.errs > 0 {
+			t.Fatalf("%s: %d errors of %d, the first: %v", what, r.errs, r.errs+len(r.lat), r.firstErr)
+		}
+	}
+	// Measured once while it serves: what requests in flight hold is the base's too.
+	serving := make(chan pacedResult, 1)
+	go func() { serving <- runPaced(3000, 500, 64, func(i int) (sample, error) { return c.complete(gw, i) }) }()
+	time.Sleep(2 * time.Second)
+	busy := enf.memory(t, report)
+	mustServe("gateway, JSON", <-serving)
+	mustServe("gateway, streams", runPaced(300, 100, 64, func(i int) (sample, error) { return c.firstChunk(gw, "sse", i, nil) }))
+	// Envoy's two calls a request, from a few clients at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if err := checkAndRespond(v, keys[(w*50+i)%len(keys)]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("ext_proc: %v", err)
+	}
+	mustServe("/check", runPaced(400, 400, 32, func(i int) (sample, error) { return c.check(v.enfHTTP, i) }))
+
+	// Everything it admitted through the gateway and Envoy settled; /check's admissions
+	// wait for a report nobody sends here, and are counted in flight until then (their
+	// few hundred bytes each are in the measurement).
+	waitFor(t, time.Minute, "every settlement sent", func() bool {
+		return v.metric(t, "tollgate_enforcer_settle_queue_depth") == 0
+	})
+	tr.CloseIdleConnections()
+	time.Sleep(200 * time.Millisecond) // the gateway's side of the closed connections goes too
+	served := enf.memory(t, report)
+
+	budget := enfapp.BaseMemoryBytes + int64(len(keys))*enfapp.HeapBytesPerMember
+	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
+	t.Logf("an enforcer keeps %.1f MiB live at start (%s), %.1f MiB while it serves 500 requests/s (%d goroutines), "+
+		"and %.1f MiB after %d requests of %d members: heap objects %.1f MiB, their spans' unused %.1f MiB, stacks %.1f MiB (%d goroutines), "+
+		"runtime metadata %.1f MiB; resident %.1f MiB",
+		mib(started.live()), started, mib(busy.live()), busy.goroutines, mib(served.live()), 3000+300+400+400, len(keys),
+		mib(served.heap), mib(served.unused), mib(served.stacks), served.goroutines, mib(served.meta), mib(served.rss))
+	for _, m := range []struct {
+		when string
+		live int64
+	}{{"while it serves", busy.live()}, {"once it has served", served.live()}} {
+		if m.live > budget {
+			t.Errorf("%s, the enforcer keeps %.1f MiB live, over its budget of %.1f MiB (enforcer/app.BaseMemoryBytes and %d bytes for each of %d members): "+
+				"the chart's memory check and the start warning count too little", m.when, mib(m.live), mib(budget), enfapp.HeapBytesPerMember, len(keys))
+		}
+	}
+}
+
+// checkAndRespond is one request as Envoy makes it: ext_authz's check, then ext_proc
+// with the upstream's answer (from any goroutine).
+func checkAndRespond(s *stack, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := s.authz.Check(ctx, checkRequest(map[string]string{"x-api-key": key}))
+	if err != nil {
+		return err
+	}
+	for _, h := range resp.GetOkResponse().GetHeaders() {
+		if h.GetHeader().GetKey() == "x-service-request-id" {
+			return s.playResponse(h.GetHeader().GetValue(), "application/json", [][]byte{[]byte(openAIJSON("chatcmpl-base", 120, 0, 40))})
+		}
+	}
+	return errors.New("not admitted: " + resp.GetStatus().String())
+}
