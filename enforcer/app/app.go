@@ -259,6 +259,7 @@ func New(d Deps) *Enforcer {
 	// An Authenticate or a Resolve call is shared by the checks that wait on it and
 	// outlives the one that started it, so it gets no longer than a check may wait at all.
 	// The member capacity bounds each cache of what is kept per member or credential.
+	m.MemberCapacity.Set(float64(cfg.MemberCapacity))
 	e.Identity = identity.New(cp, identity.Config{TTL: cfg.IdentityTTL, CallTimeout: cfg.CheckTimeout, MaxEntries: cfg.MemberCapacity}, d.Clock, m, log)
 	e.Records = record.New(d.Redis, d.Layout, cp, record.Config{GenerationPoll: cfg.GenerationPoll, RedisTimeout: cfg.RedisCheckTimeout,
 		ResolveTimeout: cfg.CheckTimeout, LastKnown: cfg.MemberCapacity}, m, log)

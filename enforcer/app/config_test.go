@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
@@ -252,6 +254,12 @@ func TestMemberCapacityBoundsEachCache(t *testing.T) {
 		e := New(Deps{Config: c})
 		if got := [3]int{e.Identity.Capacity(), e.Records.LastKnownCapacity(), e.Gate.Blocks.Capacity()}; got != [3]int{n, n, n} {
 			t.Errorf("member capacity %d: identities, records and kept blocks bounded at %v", n, got)
+		}
+		if got := testutil.ToFloat64(e.Metrics.MemberCapacity); got != float64(n) {
+			t.Errorf("member capacity %d: tollgate_enforcer_member_capacity says %v", n, got)
+		}
+		if got := testutil.CollectAndCount(e.reg, "tollgate_enforcer_member_cache_entries"); got != 3 {
+			t.Errorf("member capacity %d: %d series of tollgate_enforcer_member_cache_entries, want one a cache", n, got)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/decision"
+	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
@@ -39,7 +40,9 @@ type BlockedMembers struct {
 	// predate the change the invalidation announced.
 	epoch  atomic.Uint64
 	shards [16]blockedShard
-	hits   interface{ Inc() }
+	// hits counts checks answered from a kept decision, evictions kept members
+	// dropped to make room for another.
+	hits, evictions interface{ Inc() }
 }
 
 type blockedShard struct {
@@ -77,8 +80,9 @@ type blockedBucketKey struct {
 
 // newBlockedMembers keeps at most maxEntries members (at least one per shard), and
 // decisions for ttl (0: none).
-func newBlockedMembers(maxEntries int, ttl time.Duration, hits interface{ Inc() }) *BlockedMembers {
-	c := &BlockedMembers{seed: maphash.MakeSeed(), ttl: ttl, hits: hits}
+func newBlockedMembers(maxEntries int, ttl time.Duration, m *metrics.Metrics) *BlockedMembers {
+	c := &BlockedMembers{seed: maphash.MakeSeed(), ttl: ttl, hits: m.BlockedCacheHits, evictions: m.MemberCacheEvictions.WithLabelValues("blocks")}
+	m.SetMemberCacheLen("blocks", c.Len)
 	maxEntries = max(maxEntries, len(c.shards))
 	for i := range c.shards {
 		c.shards[i].m = map[string]*blockedEntry{}
@@ -102,6 +106,19 @@ func keyOf(d *decision.Decision, orgID string) blockedKey {
 			used: b.Used, allowance: b.Allowance, allowReset: b.AllowRequestReset}
 	}
 	return k
+}
+
+// Len is how many members are kept now
+// (tollgate_enforcer_member_cache_entries{cache="blocks"}).
+func (c *BlockedMembers) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
 }
 
 // Capacity is the most members kept (Deps.BlockedCapacity, at least one per shard).
@@ -185,6 +202,7 @@ func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now 
 	if _, ok := s.m[memberID]; !ok && len(s.m) >= s.max {
 		for m := range s.m {
 			delete(s.m, m)
+			c.evictions.Inc()
 			break
 		}
 	}

@@ -37,7 +37,7 @@ func blockedEverywhere(tb testing.TB, now time.Time) decision.Decision {
 func keptBlockBytes(tb testing.TB, n int) float64 {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	d := blockedEverywhere(tb, now)
-	c := newBlockedMembers(n, time.Second, metrics.Discard().BlockedCacheHits)
+	c := newBlockedMembers(n, time.Second, metrics.Discard())
 	per := heapsize.PerKept(tb, n, func(i int) {
 		c.body(&d, "org_01m90a2n1pedwt723k5h025e2f", fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i), now, keep{})
 	}, func() int {

@@ -37,7 +37,7 @@ func blockedDecision(t testing.TB, now time.Time, usedDay, usedMonth int64) deci
 // The cached body is always the body rendered afresh: reused while nothing it shows
 // changed, rendered again when spend, the windows or the listed buckets change.
 func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
-	c := newBlockedMembers(10, 0, metrics.Discard().BlockedCacheHits)
+	c := newBlockedMembers(10, 0, metrics.Discard())
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	first := blockedDecision(t, now, 150, 10)
 	b1 := c.body(&first, "org_x", "om_a", now, keep{})
@@ -78,7 +78,7 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC) // day ends 2026-09-17T05:00Z
 	d := blockedDecision(t, now, 150, 10)
 	newCache := func() *BlockedMembers {
-		c := newBlockedMembers(10, time.Hour, metrics.Discard().BlockedCacheHits)
+		c := newBlockedMembers(10, time.Hour, metrics.Discard())
 		c.Subscribed(true)
 		return c
 	}
@@ -158,7 +158,7 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	d := blockedDecision(t, now, 150, 10)
-	c := newBlockedMembers(10, time.Hour, metrics.Discard().BlockedCacheHits)
+	c := newBlockedMembers(10, time.Hour, metrics.Discard())
 	c.Subscribed(true)
 	g := &Gate{Blocks: c}
 	fresh := g.blocked(&d, "org_x", "om_a", now, c.before("g1", true))

@@ -194,7 +194,7 @@ func New(d Deps) *Gate {
 	if blocked <= 0 {
 		blocked = DefaultBlockedCapacity
 	}
-	g := &Gate{Deps: d, Blocks: newBlockedMembers(blocked, d.BlockedTTL, d.Metrics.BlockedCacheHits)}
+	g := &Gate{Deps: d, Blocks: newBlockedMembers(blocked, d.BlockedTTL, d.Metrics)}
 	for _, t := range []*logging.Throttle{&g.authFailed, &g.recordFailed, &g.startFailed, &g.openUnidentified} {
 		t.Clock = d.Clock
 	}

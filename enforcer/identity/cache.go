@@ -80,7 +80,7 @@ type Cache struct {
 	invs   [invLog]invalidated
 	shards [shardCount]shard
 
-	hit, negHit, miss, refreshes interface{ Inc() }
+	hit, negHit, miss, refreshes, evictions interface{ Inc() }
 }
 
 // shardCount is the number of shards, each with its own lock.
@@ -178,7 +178,7 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 	}
 	c := &Cache{cfg: cfg, cp: cp, clk: clk, m: m, log: log,
 		hit: m.IdentityCache.WithLabelValues("hit"), negHit: m.IdentityCache.WithLabelValues("negative_hit"),
-		miss: m.IdentityCache.WithLabelValues("miss"), refreshes: m.IdentityRefreshes}
+		miss: m.IdentityCache.WithLabelValues("miss"), refreshes: m.IdentityRefreshes, evictions: m.MemberCacheEvictions.WithLabelValues("identities")}
 	for i := range c.shards {
 		c.shards[i].m = map[[32]byte]entry{}
 		c.shards[i].max = cfg.MaxEntries / shardCount
@@ -186,6 +186,7 @@ func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log 
 			c.shards[i].max++
 		}
 	}
+	m.SetMemberCacheLen("identities", c.Len)
 	return c
 }
 
@@ -201,6 +202,19 @@ func hashOf(secret string) [32]byte {
 	*p = b
 	hashBufs.Put(p)
 	return h
+}
+
+// Len is how many entries the cache holds now, expired ones not yet dropped included
+// (tollgate_enforcer_member_cache_entries{cache="identities"}).
+func (c *Cache) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
 }
 
 // Capacity is the most entries the cache holds (Config.MaxEntries, at least one per
@@ -335,8 +349,14 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, u
 		return
 	}
 	now := c.clk.Now()
-	if _, present := s.m[h]; !present && len(s.m) >= s.max && !s.evictFor(negative, now) {
-		return // an unknown credential is not worth a known one's place
+	if _, present := s.m[h]; !present && len(s.m) >= s.max {
+		room, live := s.evictFor(negative, now)
+		if live {
+			c.evictions.Inc()
+		}
+		if !room {
+			return // an unknown credential is not worth a known one's place
+		}
 	}
 	e := entry{id: id, kind: kind, expires: now.Add(ttl), refresh: now.Add(c.cfg.RefreshAfter)}
 	if !until.IsZero() {
@@ -364,13 +384,14 @@ const evictSample = 8
 // entry is not kept. So a flood of unknown credentials (anyone can send tgk_<anything>,
 // each one a miss) never pushes a member's identity out, which would send the member's
 // checks back to the control plane; any evicted identity is simply asked for again.
-func (s *shard) evictFor(negative bool, now time.Time) bool {
+// It reports whether there is room now, and whether a live identity was evicted for it.
+func (s *shard) evictFor(negative bool, now time.Time) (room, live bool) {
 	var first [32]byte
 	seen := 0
 	for k, e := range s.m {
 		if !now.Before(e.expires) || !e.id.Found || !e.id.Active {
 			delete(s.m, k)
-			return true
+			return true, false
 		}
 		if seen == 0 {
 			first = k
@@ -380,10 +401,10 @@ func (s *shard) evictFor(negative bool, now time.Time) bool {
 		}
 	}
 	if negative || seen == 0 {
-		return seen == 0
+		return seen == 0, false
 	}
 	delete(s.m, first)
-	return true
+	return true, true
 }
 
 // Invalidate forgets what an invalidation names.

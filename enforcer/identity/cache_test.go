@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-dev/tollgate/enforcer/identity"
@@ -423,6 +424,62 @@ func TestUnknownCredentialsNeverEvictKnownOnes(t *testing.T) {
 	}
 	if asked := lookupAll(); asked != 0 {
 		t.Fatalf("after 10,000 unknown credentials, %d of the 64 members cached had to be asked for again", asked)
+	}
+}
+
+// Known credentials past the cache's bound each cost another its place, and
+// tollgate_enforcer_member_cache_evictions_total{cache="identities"} counts each: what
+// tells an operator that more credentials are in use at once than the member capacity.
+// Unknown ones, which never push a known one out, and expired entries, which make room
+// without costing anyone a call, are not counted.
+func TestEvictionsOfLiveIdentitiesAreCounted(t *testing.T) {
+	a := &authn{known: map[string]*internalv1.AuthenticateResponse{}}
+	const members = 4000
+	for i := range members {
+		a.known[hashHex(fmt.Sprintf("tgk_member_%d", i))] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: fmt.Sprintf("om_%d", i)}
+	}
+	var m *metrics.Metrics
+	newCache := func() (*identity.Cache, *clock.Manual, func() float64) {
+		clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
+		m = metrics.Discard()
+		c := identity.New(a, identity.Config{TTL: 30 * time.Second, NegativeTTL: 5 * time.Second, MaxEntries: 1600}, clk, m,
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return c, clk, func() float64 { return testutil.ToFloat64(m.MemberCacheEvictions.WithLabelValues("identities")) }
+	}
+
+	// 300 members leave room in each of the 16 shards of 100; the unknown credentials
+	// fill the rest, then take each other's places.
+	c, clk, evicted := newCache()
+	for i := range 300 {
+		lookup(t, c, fmt.Sprintf("tgk_member_%d", i))
+	}
+	for i := range 4000 {
+		lookup(t, c, fmt.Sprintf("tgk_unknown_%d", i))
+	}
+	if n := evicted(); n != 0 {
+		t.Fatalf("%v evictions counted for unknown credentials", n)
+	}
+	// Every entry expired: a few new members find one to replace among the first
+	// entries they look at (a full shard's eviction samples 8).
+	clk.Advance(31 * time.Second)
+	for i := 300; i < 400; i++ {
+		lookup(t, c, fmt.Sprintf("tgk_member_%d", i))
+	}
+	if n := evicted(); n != 0 {
+		t.Fatalf("%v evictions counted for expired entries", n)
+	}
+
+	// Known members only, past the bound: each one the cache could not grow for cost
+	// another its place.
+	c, _, evicted = newCache()
+	for i := range members {
+		lookup(t, c, fmt.Sprintf("tgk_member_%d", i))
+	}
+	if n, want := evicted(), float64(members-c.Len()); n != want || n == 0 {
+		t.Errorf("%v evictions counted, want %v (%d identities held of %d looked up)", n, want, c.Len(), members)
+	}
+	if n := m.MemberCacheLen("identities"); n != c.Len() {
+		t.Errorf("tollgate_enforcer_member_cache_entries{cache=\"identities\"} says %d, the cache holds %d", n, c.Len())
 	}
 }
 

@@ -111,8 +111,25 @@ type Metrics struct {
 	// result (ContainerChargeResults).
 	ContainerCharges *prometheus.CounterVec
 
+	// MemberCapacity is TOLLGATE_ENFORCER_MEMBER_CAPACITY, the bound of each of the
+	// three caches of what the enforcer keeps per member (MemberCaches);
+	// MemberCacheEntries how many each holds now (SetMemberCacheLen), and
+	// MemberCacheEvictions the entries still in use each dropped to make room for
+	// another: a cache at its capacity that keeps evicting costs Redis reads and control
+	// plane calls, and tells the operator to raise the capacity with the memory.
+	MemberCapacity       prometheus.Gauge
+	MemberCacheEntries   prometheus.Collector
+	MemberCacheEvictions *prometheus.CounterVec
+
 	settleOldest atomic.Int64 // unix nanoseconds of the oldest unacknowledged settlement; 0: none
+	// memberCacheLen are the caches' length functions, in MemberCaches' order.
+	memberCacheLen [3]atomic.Pointer[func() int]
 }
+
+// MemberCaches are the cache labels of MemberCacheEntries and MemberCacheEvictions: a
+// credential's identity (enforcer/identity), a member's last-read usage record
+// (enforcer/record), a member's kept 429 (enforcer/gate).
+var MemberCaches = []string{"identities", "records", "blocks"}
 
 // GatewayOutcomes are the outcome labels of GatewayRequests (package gateway's
 // Outcome constants; package gateway imports this one, so the list lives here).
@@ -316,6 +333,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_settle_capacity",
 			Help: "Capacity of the settle queue: settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY). A start that finds it used up is refused (start_queue_settle_capacity).",
 		}),
+		MemberCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_member_capacity",
+			Help: "Most entries each of the caches of what the enforcer keeps per member holds (TOLLGATE_ENFORCER_MEMBER_CAPACITY): credentials' identities, members' last-read usage records, members' kept 429s.",
+		}),
+		MemberCacheEntries: &memberCacheEntries{m: m, desc: prometheus.NewDesc("tollgate_enforcer_member_cache_entries",
+			"Entries each cache of what the enforcer keeps per member holds now, by cache: identities (credentials used in the last identity TTL, unknown ones included), records (members' last-read usage records), blocks (members' kept 429s); each at most tollgate_enforcer_member_capacity.",
+			[]string{"cache"}, nil)},
+		MemberCacheEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_member_cache_evictions_total",
+			Help: "Entries still in use dropped to make room for another in a full cache of what the enforcer keeps per member, by cache (identities, records, blocks): each is read from Redis or asked of the control plane again when needed. Steady identity evictions mean more credentials in use at once than TOLLGATE_ENFORCER_MEMBER_CAPACITY (docs/enforcer.md, \"Memory\").",
+		}, []string{"cache"}),
 		SettleSpoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_settle_spool_bytes",
 			Help: "Size on disk of the settlement spool (settlements written before they are queued, until the control plane answers them).",
@@ -390,7 +418,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte,
-		m.RequestDecodes, m.Reservations, m.ContainerCharges)
+		m.RequestDecodes, m.Reservations, m.ContainerCharges, m.MemberCapacity, m.MemberCacheEntries, m.MemberCacheEvictions)
 
 	for decision, reasons := range decisionReasons {
 		m.CheckDuration.WithLabelValues(decision)
@@ -404,6 +432,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
 		m.SpeculativeStarts: SpeculativeStartResults, m.GatewayUpstreamResponses: GatewayUpstreamCodes,
+		m.MemberCacheEvictions: MemberCaches,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)
@@ -429,6 +458,35 @@ func (m *Metrics) settleOldestAge() float64 {
 		return 0
 	}
 	return max(time.Since(time.Unix(0, ns)).Seconds(), 0)
+}
+
+// SetMemberCacheLen makes MemberCacheEntries report length() for cache (one of
+// MemberCaches) at each scrape.
+func (m *Metrics) SetMemberCacheLen(cache string, length func() int) {
+	m.memberCacheLen[slices.Index(MemberCaches, cache)].Store(&length)
+}
+
+// MemberCacheLen is what MemberCacheEntries reports for cache now (0 for a cache not set).
+func (m *Metrics) MemberCacheLen(cache string) int {
+	if length := m.memberCacheLen[slices.Index(MemberCaches, cache)].Load(); length != nil {
+		return (*length)()
+	}
+	return 0
+}
+
+// memberCacheEntries is MemberCacheEntries: each cache's length read at scrape, 0 for a
+// cache not set (yet).
+type memberCacheEntries struct {
+	m    *Metrics
+	desc *prometheus.Desc
+}
+
+func (c *memberCacheEntries) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *memberCacheEntries) Collect(ch chan<- prometheus.Metric) {
+	for _, cache := range MemberCaches {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(c.m.MemberCacheLen(cache)), cache)
+	}
 }
 
 // Discard returns metrics registered nowhere, for tests and tools that do not serve them.

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -61,6 +62,43 @@ func TestSettleOldestAge(t *testing.T) {
 	m.SetSettleOldest(time.Time{})
 	if got := testutil.ToFloat64(m.SettleOldestAge); got != 0 {
 		t.Fatalf("none waits again: %v", got)
+	}
+}
+
+// Each member cache's entries are read from the cache at each scrape, one series a
+// cache, 0 for a cache not set yet (a fresh enforcer still shows the three).
+func TestMemberCacheEntriesReadsEachCacheAtScrape(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := metrics.New(reg)
+	entries := func() map[string]float64 {
+		t.Helper()
+		got := map[string]float64{}
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "tollgate_enforcer_member_cache_entries" {
+				continue
+			}
+			for _, s := range f.GetMetric() {
+				got[s.GetLabel()[0].GetValue()] = s.GetGauge().GetValue()
+			}
+		}
+		return got
+	}
+	if got, want := entries(), map[string]float64{"identities": 0, "records": 0, "blocks": 0}; !maps.Equal(got, want) {
+		t.Fatalf("a fresh enforcer: %v, want %v", got, want)
+	}
+	n := 7
+	m.SetMemberCacheLen("records", func() int { return n })
+	m.SetMemberCacheLen("blocks", func() int { return 2 })
+	n = 9 // read at the scrape, not when set
+	if got, want := entries(), map[string]float64{"identities": 0, "records": 9, "blocks": 2}; !maps.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got := testutil.CollectAndCount(reg, "tollgate_enforcer_member_cache_evictions_total"); got != len(metrics.MemberCaches) {
+		t.Fatalf("%d eviction series at start, want one a cache", got)
 	}
 }
 

@@ -53,7 +53,7 @@ func readRecord(tb testing.TB, r *Reader, i, ownPrices int) (string, *known) {
 func lastKnownBytes(tb testing.TB, n, ownPrices int) float64 {
 	r := New(nil, mirror.Layout{Prefix: "tg:"}, noResolver{}, Config{LastKnown: n}, metrics.New(prometheus.NewRegistry()),
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
-	per := heapsize.PerKept(tb, n, func(i int) { r.store(readRecord(tb, r, i, ownPrices)) }, r.lastKnownLen)
+	per := heapsize.PerKept(tb, n, func(i int) { r.store(readRecord(tb, r, i, ownPrices)) }, r.LastKnownLen)
 	runtime.KeepAlive(r)
 	return per
 }

@@ -101,8 +101,8 @@ type Reader struct {
 	// records read from Redis.
 	ownPrices sharedPriceKeys
 
-	fromRedis, fromResolve, redisErrors interface{ Inc() }
-	readTime                            interface{ Observe(float64) }
+	fromRedis, fromResolve, redisErrors, evictions interface{ Inc() }
+	readTime                                       interface{ Observe(float64) }
 }
 
 // lastShard holds, per member, the last record read (for open failure mode) and what
@@ -166,7 +166,7 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 		reads: make(chan *readReq, 4096),
 		seed:  maphash.MakeSeed(), sumSeed: maphash.MakeSeed(), fromRedis: m.RecordReads.WithLabelValues("redis"),
 		fromResolve: m.RecordReads.WithLabelValues("resolve"), redisErrors: m.RedisErrors,
-		readTime: m.RedisDuration.WithLabelValues("read_record")}
+		readTime: m.RedisDuration.WithLabelValues("read_record"), evictions: m.MemberCacheEvictions.WithLabelValues("records")}
 	for i := range r.shards {
 		r.shards[i].m = map[string]*known{}
 		r.shards[i].max = cfg.LastKnown / len(r.shards)
@@ -174,6 +174,7 @@ func New(rdb redis.UniversalClient, layout mirror.Layout, cp Resolver, cfg Confi
 			r.shards[i].max++
 		}
 	}
+	m.SetMemberCacheLen("records", r.LastKnownLen)
 	return r
 }
 
@@ -315,6 +316,19 @@ func (r *Reader) remember(memberID string, rec *mirror.Record) {
 	r.store(memberID, &known{key: r.layout.MemberKey(memberID), rec: rec})
 }
 
+// LastKnownLen is how many members' last records are kept now
+// (tollgate_enforcer_member_cache_entries{cache="records"}).
+func (r *Reader) LastKnownLen() int {
+	n := 0
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
 // LastKnownCapacity is the most members whose last record is kept (Config.LastKnown).
 func (r *Reader) LastKnownCapacity() int {
 	n := 0
@@ -334,6 +348,7 @@ func (r *Reader) store(memberID string, k *known) {
 	if _, ok := s.m[memberID]; !ok && len(s.m) >= s.max {
 		for m := range s.m {
 			delete(s.m, m)
+			r.evictions.Inc()
 			break
 		}
 	}
