@@ -134,6 +134,53 @@ func TestPendingStartsAlertCountsEachStartOnce(t *testing.T) {
 	}
 }
 
+// TestMemberCapacityAlertFiresOnSteadyEvictions runs TollgateMemberCapacityLow through
+// `promtool test rules`: enf-1 drops 2 identities in use a second from the 5th minute
+// on, enf-2 one every 20 seconds (under the threshold) and enf-3 evicts only records
+// (expected in an organization larger than the capacity). It fires for enf-1 once 15
+// minutes of its evictions fill the rate's window and its `for` has passed, for no
+// one before, and never for the others.
+func TestMemberCapacityAlertFiresOnSteadyEvictions(t *testing.T) {
+	tool := promtool(t)
+	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateMemberCapacityLow" })
+	if len(rules) != 1 {
+		t.Fatal("no TollgateMemberCapacityLow")
+	}
+	dir := t.TempDir()
+	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
+	evictions := func(instance, cache, values string) map[string]string {
+		return map[string]string{"series": `tollgate_enforcer_member_cache_evictions_total{instance="` + instance + `",cache="` + cache + `"}`,
+			"values": values}
+	}
+	fires := func(at string, instances ...string) map[string]any {
+		exp := []any{}
+		for _, in := range instances {
+			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "instance": in}})
+		}
+		return map[string]any{"eval_time": at, "alertname": "TollgateMemberCapacityLow", "exp_alerts": exp}
+	}
+	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
+		"rule_files":          []string{"rules.yaml"},
+		"evaluation_interval": "1m",
+		"tests": []any{map[string]any{
+			"interval": "1m",
+			"input_series": []any{
+				evictions("enf-1", "identities", "0x5 0+120x55"), evictions("enf-1", "records", "0x60"),
+				evictions("enf-2", "identities", "0+3x60"), evictions("enf-3", "identities", "0x60"),
+				evictions("enf-3", "records", "0+600x60"), evictions("enf-3", "blocks", "0+60x60"),
+			},
+			// 2/s over part of the 15-minute window passes 0.1/s within a minute of
+			// the 5th; the alert is pending for 15 minutes from then.
+			"alert_rule_test": []any{fires("15m"), fires("19m"), fires("22m", "enf-1"), fires("60m", "enf-1")},
+		}},
+	})
+	cmd := exec.Command(tool, "test", "rules", "test.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("TollgateMemberCapacityLow did not fire as expected: %v:\n%s", err, out)
+	}
+}
+
 func writeYAML(t *testing.T, path string, v any) {
 	t.Helper()
 	b, err := yaml.Marshal(v)
