@@ -23,7 +23,8 @@ import (
 // member served (their credentials, records and kept refusals are measured on their
 // own, enforcer/record, identity and gate). Its settlements and streams are done when it
 // is measured: those have budgets of their own (settleq's sizing, the gateway's idle
-// streams in BenchmarkGateway).
+// streams in BenchmarkGateway). Its member caches' metrics must say what it keeps: an
+// identity and a record for each member, nothing evicted.
 //
 // The enforcer is this test binary again (TestMain's child), which links the control
 // plane's and the tests' packages too: their package variables and what their init
@@ -101,6 +102,20 @@ func TestEnforcersBaseFitsItsBudget(t *testing.T) {
 	tr.CloseIdleConnections()
 	time.Sleep(200 * time.Millisecond) // the gateway's side of the closed connections goes too
 	served := enf.memory(t, report)
+
+	// What it keeps per member, as its metrics say: each member's identity and record,
+	// nothing dropped (the member capacity holds them all), no 429 kept.
+	for cache, want := range map[string]float64{"identities": float64(len(keys)), "records": float64(len(keys)), "blocks": 0} {
+		if got := v.metric(t, "tollgate_enforcer_member_cache_entries", `cache="`+cache+`"`); got != want {
+			t.Errorf("tollgate_enforcer_member_cache_entries{cache=%q} says %v, want %v", cache, got, want)
+		}
+	}
+	if got := v.metric(t, "tollgate_enforcer_member_cache_evictions_total"); got != 0 {
+		t.Errorf("%v member cache evictions, with 32 members under a capacity of 10,000", got)
+	}
+	if got := v.metric(t, "tollgate_enforcer_member_capacity"); got != 10_000 {
+		t.Errorf("tollgate_enforcer_member_capacity says %v, want 10000", got)
+	}
 
 	budget := enfapp.BaseMemoryBytes + int64(len(keys))*enfapp.HeapBytesPerMember
 	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
