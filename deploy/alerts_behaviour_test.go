@@ -38,13 +38,6 @@ func TestGatewayAlertsFire(t *testing.T) {
 		return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
 			"values": values}
 	}
-	fires := func(at, alert, severity string, instances ...string) map[string]any {
-		var exp []any
-		for _, in := range instances {
-			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": severity, "instance": in}})
-		}
-		return map[string]any{"eval_time": at, "alertname": alert, "exp_alerts": exp}
-	}
 	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
 		"rule_files":          []string{"rules.yaml"},
 		"evaluation_interval": "1m",
@@ -61,16 +54,16 @@ func TestGatewayAlertsFire(t *testing.T) {
 				answers("enf-3", "2xx", "0+540x30"), answers("enf-3", "401", "0x30"), answers("enf-3", "529", "0+60x30"),
 			},
 			"alert_rule_test": []any{
-				fires("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
-				fires("12m", "TollgateGatewayBusy", "critical", "enf-1", "enf-3"),
-				fires("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
-				fires("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-3"),
-				fires("9m", "TollgateGatewayCredentialRejected", "critical"),
-				fires("17m", "TollgateGatewayCredentialRejected", "critical"), // above half from 14m, pending: for 5m
-				fires("20m", "TollgateGatewayCredentialRejected", "critical", "enf-2"),
-				fires("9m", "TollgateGatewayNoCredential", "critical"),
-				fires("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
-				fires("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
+				firing("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
+				firing("12m", "TollgateGatewayBusy", "critical", "enf-1", "enf-3"),
+				firing("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
+				firing("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-3"),
+				firing("9m", "TollgateGatewayCredentialRejected", "critical"),
+				firing("17m", "TollgateGatewayCredentialRejected", "critical"), // above half from 14m, pending: for 5m
+				firing("20m", "TollgateGatewayCredentialRejected", "critical", "enf-2"),
+				firing("9m", "TollgateGatewayNoCredential", "critical"),
+				firing("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
+				firing("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
 			},
 		}},
 	})
@@ -153,11 +146,7 @@ func TestMemberCapacityAlertFiresOnSteadyEvictions(t *testing.T) {
 			"values": values}
 	}
 	fires := func(at string, instances ...string) map[string]any {
-		exp := []any{}
-		for _, in := range instances {
-			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "instance": in}})
-		}
-		return map[string]any{"eval_time": at, "alertname": "TollgateMemberCapacityLow", "exp_alerts": exp}
+		return firing(at, "TollgateMemberCapacityLow", "warning", instances...)
 	}
 	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
 		"rule_files":          []string{"rules.yaml"},
@@ -179,6 +168,16 @@ func TestMemberCapacityAlertFiresOnSteadyEvictions(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("TollgateMemberCapacityLow did not fire as expected: %v:\n%s", err, out)
 	}
+}
+
+// firing is a promtool alert_rule_test: at eval time at, alert fires with severity for
+// each of instances, and for no other (none when instances is empty).
+func firing(at, alert, severity string, instances ...string) map[string]any {
+	exp := []any{}
+	for _, in := range instances {
+		exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": severity, "instance": in}})
+	}
+	return map[string]any{"eval_time": at, "alertname": alert, "exp_alerts": exp}
 }
 
 func writeYAML(t *testing.T, path string, v any) {

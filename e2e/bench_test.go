@@ -47,8 +47,7 @@ func BenchmarkFullStack(b *testing.B) {
 	}
 	s := startStack(b)
 	o := s.setUpOrg(b)
-	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
-		map[string]any{"revision": 1}, nil)
+	s.liftLimits(b, o)
 	client, report, members, reqs := benchLoad(b, s, o, false)
 	// The /h2 cases send the checks and their ext_proc streams with the generator's own
 	// HTTP/2 client, which costs the generator about half the CPU per call (see

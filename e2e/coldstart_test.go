@@ -125,8 +125,7 @@ func TestRestartedEnforcerAsksOncePerDistinctKey(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	o := s.setUpOrg(t)
-	s.must(t, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
-		map[string]any{"revision": 1}, nil) // no limit: every check is admitted
+	s.liftLimits(t, o) // no limit: every check is admitted
 	// 240 checks of a member at once: under its share of the start queue (256,
 	// TOLLGATE_ENFORCER_START_PER_MEMBER), past which a burst is refused, cold or not.
 	const members, perMember, copies = 3, 80, 3
@@ -172,8 +171,7 @@ func BenchmarkRestartedEnforcerHerd(b *testing.B) {
 	const members, perMember = 10, 99
 	s := startStack(b)
 	o := s.setUpOrg(b)
-	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
-		map[string]any{"revision": 1}, nil)
+	s.liftLimits(b, o)
 	keys := coldKeys(b, s, o, members, perMember)
 	defaults := map[string]string{"TOLLGATE_REDIS_CHECK_TIMEOUT": "250ms", "TOLLGATE_ENFORCER_START_DEADLINE": "500ms",
 		"TOLLGATE_ENFORCER_CHECK_TIMEOUT": "800ms"}

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -37,13 +36,8 @@ func TestEnforcersBaseFitsItsBudget(t *testing.T) {
 	t.Cleanup(upSrv.Close)
 	s := startStack(t)
 	o := s.setUpOrg(t)
-	// No limit refuses anything: every request is admitted, started, proxied and settled.
-	s.must(t, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
-		map[string]any{"revision": 1}, nil)
-	keys := []string{o.key}
-	for i := range gwMembers - 1 {
-		keys = append(keys, s.apiKey(t, o, s.invite(t, o, fmt.Sprintf("member%d", i))))
-	}
+	s.liftLimits(t, o)
+	keys := s.memberKeys(t, o, gwMembers)
 
 	report := filepath.Join(t.TempDir(), "memory")
 	enf := startChildEnforcer(t, s, map[string]string{

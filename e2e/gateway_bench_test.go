@@ -235,12 +235,8 @@ func BenchmarkGateway(b *testing.B) {
 	}
 	s := startStack(b, gwEnv)
 	o := s.setUpOrg(b)
-	s.must(b, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
-		map[string]any{"revision": 1}, nil)
-	keys := []string{o.key}
-	for i := range gwMembers - 1 {
-		keys = append(keys, s.apiKey(b, o, s.invite(b, o, fmt.Sprintf("member%d", i))))
-	}
+	s.liftLimits(b, o)
+	keys := s.memberKeys(b, o, gwMembers)
 	dbName := s.db.Pool.Config().ConnConfig.Database
 	// The control planes check the mirror as deployed (every 5s, the default), not every
 	// 100ms as the e2e stack does for the tests that flush Redis: in this benchmark's two

@@ -459,6 +459,25 @@ func (s *stack) setUpOrg(t testing.TB) org {
 }
 
 // invite signs a user up and makes them a member of o by invitation.
+// liftLimits archives the organization's usage-limit policy (setUpOrg's, at revision
+// 1): no limit refuses anything, so every request is admitted, started and settled.
+func (s *stack) liftLimits(t testing.TB, o org) {
+	t.Helper()
+	s.must(t, 200, "POST", "/v1/gateway/usage-limit-policies/"+o.policyID+"/archive", o.owner.token, o.id,
+		map[string]any{"revision": 1}, nil)
+}
+
+// memberKeys returns n API keys of n members of o: the owner's and n-1 invited
+// members' (member0, member1, ...).
+func (s *stack) memberKeys(t testing.TB, o org, n int) []string {
+	t.Helper()
+	keys := []string{o.key}
+	for i := range n - 1 {
+		keys = append(keys, s.apiKey(t, o, s.invite(t, o, fmt.Sprintf("member%d", i))))
+	}
+	return keys
+}
+
 func (s *stack) invite(t testing.TB, o org, name string) party {
 	t.Helper()
 	p := s.signUp(t, name)
