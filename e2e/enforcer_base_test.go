@@ -3,14 +3,18 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	enfapp "github.com/tollgate-dev/tollgate/enforcer/app"
+	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 )
 
 // TestEnforcersBaseFitsItsBudget measures what a real enforcer process keeps live once
@@ -49,6 +53,14 @@ func TestEnforcersBaseFitsItsBudget(t *testing.T) {
 		childMemoryEnv: report,
 	})
 	started := enf.memory(t, report)
+	// Its start line says the bounds and what they may hold: the base, 10,000 members,
+	// the default 100,000 settlements and 2,000 streams, each at its budget.
+	need := enfapp.BaseMemoryBytes + 10_000*enfapp.HeapBytesPerMember + int64(settleq.DefaultConfig.Capacity)*settleq.HeapBytesPerSettlement +
+		2000*enfapp.MemoryBytesPerStream
+	want := fmt.Sprintf("member_capacity=10000 settle_capacity=%d memory_need_mib=%d", settleq.DefaultConfig.Capacity, need>>20)
+	if line := startLine.FindString(enf.logs.String()); !strings.Contains(line, want) {
+		t.Errorf("the enforcer's start line %q does not say its bounds and their memory: %s", line, want)
+	}
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -133,6 +145,8 @@ func TestEnforcersBaseFitsItsBudget(t *testing.T) {
 		}
 	}
 }
+
+var startLine = regexp.MustCompile(`.*msg="enforcer started".*`)
 
 // checkAndRespond is one request as Envoy makes it: ext_authz's check, then ext_proc
 // with the upstream's answer (from any goroutine).

@@ -439,7 +439,11 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName, extprocv3.ExternalProcessor_ServiceDesc.ServiceName} {
 		e.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
-	e.log.Info("enforcer started", "failure_mode", e.cfg.FailureMode, "controlplane", e.cfg.ControlPlaneAddr)
+	// The bounds its memory is sized by, and their sum (docs/enforcer.md, "Memory"): an
+	// operator reads what it may hold at most here, warned of above only when it does
+	// not fit.
+	e.log.Info("enforcer started", "failure_mode", e.cfg.FailureMode, "controlplane", e.cfg.ControlPlaneAddr,
+		"member_capacity", e.cfg.MemberCapacity, "settle_capacity", e.cfg.SettleCapacity, "memory_need_mib", e.cfg.MemoryNeed()>>20)
 
 	runErr := lifecycle.WaitForStop(ctx, errc, &loops, e.log)
 	// 1.

@@ -31,10 +31,10 @@ const (
 	// member's last-read usage record, a credential's identity, and the member's kept
 	// 429. Each package holds its measurement to its part.
 	HeapBytesPerMember = record.HeapBytesPerKnownRecord + identity.HeapBytesPerCredential + gate.HeapBytesPerKeptBlock
-	// memoryBytesPerStream is the budget of one gateway stream (51 KiB measured,
+	// MemoryBytesPerStream is the budget of one gateway stream (51 KiB measured,
 	// docs/gateway.md "Memory per stream"; 96 KiB behind an HTTPS upstream that
 	// speaks only HTTP/1.1, which the program cannot know ahead).
-	memoryBytesPerStream = 64 << 10
+	MemoryBytesPerStream = 64 << 10
 )
 
 // MemoryNeed is what the enforcer's bounds let it hold at once: its own base, what it
@@ -44,7 +44,7 @@ const (
 func (c Config) MemoryNeed() int64 {
 	need := BaseMemoryBytes + int64(c.MemberCapacity)*HeapBytesPerMember + int64(c.SettleCapacity)*c.settlementBytes()
 	if c.GatewayAddr != "" {
-		need += int64(c.Gateway.MaxStreams) * memoryBytesPerStream
+		need += int64(c.Gateway.MaxStreams) * MemoryBytesPerStream
 	}
 	return need
 }
