@@ -40,6 +40,8 @@ type BlockedMembers struct {
 	// predate the change the invalidation announced.
 	epoch  atomic.Uint64
 	shards [16]blockedShard
+	// capacity is the bound the shards' shares (blockedShard.max) add up to.
+	capacity int
 	// hits counts checks answered from a kept decision, evictions kept members
 	// dropped to make room for another.
 	hits, evictions interface{ Inc() }
@@ -84,6 +86,7 @@ func newBlockedMembers(maxEntries int, ttl time.Duration, m *metrics.Metrics) *B
 	c := &BlockedMembers{seed: maphash.MakeSeed(), ttl: ttl, hits: m.BlockedCacheHits, evictions: m.MemberCacheEvictions.WithLabelValues("blocks")}
 	m.SetMemberCacheLen("blocks", c.Len)
 	maxEntries = max(maxEntries, len(c.shards))
+	c.capacity = maxEntries
 	for i := range c.shards {
 		c.shards[i].m = map[string]*blockedEntry{}
 		c.shards[i].max = maxEntries / len(c.shards)
@@ -121,14 +124,9 @@ func (c *BlockedMembers) Len() int {
 	return n
 }
 
-// Capacity is the most members kept (Deps.BlockedCapacity, at least one per shard).
-func (c *BlockedMembers) Capacity() int {
-	n := 0
-	for i := range c.shards {
-		n += c.shards[i].max
-	}
-	return n
-}
+// Capacity is the most members kept (Deps.BlockedCapacity, at least one per shard):
+// the shards' shares add up to it.
+func (c *BlockedMembers) Capacity() int { return c.capacity }
 
 func (c *BlockedMembers) shard(memberID string) *blockedShard {
 	return &c.shards[maphash.String(c.seed, memberID)%uint64(len(c.shards))]

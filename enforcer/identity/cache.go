@@ -218,14 +218,8 @@ func (c *Cache) Len() int {
 }
 
 // Capacity is the most entries the cache holds (Config.MaxEntries, at least one per
-// shard).
-func (c *Cache) Capacity() int {
-	n := 0
-	for i := range c.shards {
-		n += c.shards[i].max
-	}
-	return n
-}
+// shard): the shards' shares add up to it.
+func (c *Cache) Capacity() int { return c.cfg.MaxEntries }
 
 func (c *Cache) shard(h *[32]byte) *shard { return &c.shards[h[0]%byte(len(c.shards))] }
 

@@ -329,14 +329,9 @@ func (r *Reader) LastKnownLen() int {
 	return n
 }
 
-// LastKnownCapacity is the most members whose last record is kept (Config.LastKnown).
-func (r *Reader) LastKnownCapacity() int {
-	n := 0
-	for i := range r.shards {
-		n += r.shards[i].max
-	}
-	return n
-}
+// LastKnownCapacity is the most members whose last record is kept (Config.LastKnown,
+// at least one per shard): the shards' shares add up to it.
+func (r *Reader) LastKnownCapacity() int { return r.cfg.LastKnown }
 
 func (r *Reader) shard(memberID string) *lastShard {
 	return &r.shards[maphash.String(r.seed, memberID)%uint64(len(r.shards))]
