@@ -515,7 +515,10 @@ func TestBidirectionalStreamIsUnsupported(t *testing.T) {
 
 // Over HTTP/2 (a proxy or mesh that multiplexes many callers over one h2c connection)
 // the bidirectional stream's refusal resets its own stream only: it does not shut down
-// the connection the other callers share, as "Connection: close" would.
+// the connection the other callers share, as "Connection: close" would (Go's server
+// turns it into a GOAWAY). The requests go over one client connection of their own
+// (http.ClientConn): a pooled client may open a second connection for reasons of its own
+// (it once did, under the race detector), which says nothing of the server.
 func TestBidirectionalRefusalKeepsASharedH2CConnection(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -537,34 +540,40 @@ func TestBidirectionalRefusalKeepsASharedH2CConnection(t *testing.T) {
 	defer front.Close()
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	do := func(path string, body io.Reader) int {
+	conn, err := tr.NewClientConn(t.Context(), "http", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	do := func(what, path string, body io.Reader) int {
 		req, _ := http.NewRequest("POST", front.URL+path, body)
 		req.Header.Set("Authorization", "Bearer tgk_good")
-		res, err := client.Do(req)
+		res, err := conn.RoundTrip(req)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v (the connection: %v)", what, err, conn.Err())
 		}
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 		return res.StatusCode
 	}
-	if s := do("/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`)); s != 200 {
+	if s := do("before the refusal", "/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`)); s != 200 {
 		t.Fatalf("%d", s)
 	}
 	e.tracker.settledOnce(t)
 	session, open := io.Pipe()
 	defer open.Close()
-	if s := do("/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", session); s != http.StatusNotImplemented {
+	if s := do("the bidirectional stream", "/model/amazon.nova-sonic-v1:0/invoke-with-bidirectional-stream", session); s != http.StatusNotImplemented {
 		t.Fatalf("the bidirectional stream: %d", s)
 	}
-	if s := do("/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`)); s != 200 {
+	if s := do("after the refusal, on the same connection", "/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`)); s != 200 {
 		t.Fatalf("%d", s)
 	}
 	e.tracker.settledOnce(t)
+	if err := conn.Err(); err != nil {
+		t.Fatalf("one refusal shut down the connection the others share: %v", err)
+	}
 	if n := conns.Load(); n != 1 {
-		t.Fatalf("%d connections: one refusal shut down the connection the others share", n)
+		t.Fatalf("%d connections for one client connection", n)
 	}
 }
 
