@@ -41,7 +41,6 @@ const (
 	gwInFlight     = 400   // most requests a paced run keeps in flight (an open loop needs room)
 	gwMembers      = 32    // the load is spread over this many members, as in BenchmarkFullStack
 	gwProbeRate    = 200.0 // requests per second of each probe beside the gateway's load (side-*)
-	gwProbes       = 1200  // per probe: as long as the gateway's run beside them
 )
 
 // BenchmarkGateway measures issue 19's inference gateway (enforcer/gateway) against
@@ -156,7 +155,11 @@ const (
 // probe, and side-beyond-nginx-p99-ms the difference of the two p99s: the gateway's tail
 // beyond the tail any proxy hop has on this machine at that moment (side-caddy-* and
 // side-beyond-caddy-p99-ms the same against the Caddy probe, side-gohop-* and
-// side-beyond-gohop-p99-ms against the bare Go hop's).
+// side-beyond-gohop-p99-ms against the bare Go hop's). The sse case ends the same way
+// (since 2026-12-05), streams at 500/s with probes through nginx and the bare Go hop (not
+// Caddy or Traefik, which cut some streams): side-ttfb-added-beyond-start-wait-p50/p99-ms,
+// side-ttfb-<hop>-added-p50/p99-ms and side-ttfb-beyond-<hop>-p99-ms, the first chunk's
+// tail against a hop's on the same busy machine.
 //
 // Processes: the timed cases (json, sse) run the control plane and the enforcer each in
 // a process of its own (this test binary again, as TestMain's children), as they are
@@ -331,6 +334,54 @@ func BenchmarkGateway(b *testing.B) {
 		}
 		return r
 	}
+	// sideBySide runs the gateway's load again (n calls at rate) with probes beside it,
+	// over the same seconds at gwProbeRate each: one straight to the upstream and one
+	// through each plain hop probed, so that the hops and the gateway are measured on the
+	// same busy machine. kind prefixes the figures' names ("" for requests, "ttfb-" for
+	// first chunks): side-<kind>direct-p99-ms, side-<kind>added-beyond-start-wait-p50/p99-ms,
+	// and for each hop side-<kind><hop>-added-p50/p99-ms and side-<kind>beyond-<hop>-p99-ms.
+	sideBySide := func(b *testing.B, kind string, n int, rate float64, probed func(*proxyHop) bool, call func(base string, i int) (sample, error)) {
+		b.Helper()
+		probeN := int(float64(n) / rate * gwProbeRate)
+		var sg, sd pacedResult
+		probes := map[*proxyHop]*pacedResult{}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			sg = runPaced(n, rate, gwInFlight, func(i int) (sample, error) { return call(gw, i) })
+		})
+		for _, h := range hops {
+			if h.base != "" && probed(h) {
+				r := &pacedResult{}
+				probes[h] = r
+				wg.Go(func() {
+					*r = runPaced(probeN, gwProbeRate, gwInFlight, func(i int) (sample, error) { return call(h.base, i) })
+				})
+			}
+		}
+		wg.Go(func() {
+			sd = runPaced(probeN, gwProbeRate, gwInFlight, func(i int) (sample, error) { return call(direct, i) })
+		})
+		wg.Wait()
+		mustRun(b, "side by side, gateway", sg)
+		for h, r := range probes {
+			mustRun(b, "side by side, "+h.name, *r)
+		}
+		mustRun(b, "side by side, direct", sd)
+		mustTimeEveryStart(b, sg)
+		settled(b, ps)
+		b.Logf("side by side: gateway %v; direct %v", sg, sd)
+		gw99 := quantile(sg.beyondStart, .99) - sd.pct(.99)
+		b.ReportMetric(msd(sd.pct(.99)), "side-"+kind+"direct-p99-ms")
+		b.ReportMetric(msd(quantile(sg.beyondStart, .50)-sd.pct(.50)), "side-"+kind+"added-beyond-start-wait-p50-ms")
+		b.ReportMetric(msd(gw99), "side-"+kind+"added-beyond-start-wait-p99-ms")
+		for h, r := range probes {
+			b.Logf("side by side: %s %v", h.name, *r)
+			hop99 := r.pct(.99) - sd.pct(.99)
+			b.ReportMetric(msd(r.pct(.50)-sd.pct(.50)), "side-"+kind+h.name+"-added-p50-ms")
+			b.ReportMetric(msd(hop99), "side-"+kind+h.name+"-added-p99-ms")
+			b.ReportMetric(msd(gw99-hop99), "side-"+kind+"beyond-"+h.name+"-p99-ms")
+		}
+	}
 
 	// Warm-up: every member's credential and record fetched, the durable start's and the
 	// settlement's statements planned on tables with rows (see BenchmarkFullStack).
@@ -497,49 +548,10 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(float64(g.wal)/gwRequests, "pg-wal-bytes/req")
 		b.ReportMetric(float64(max(d.late, g.late, chk.late))/gwRequests*100, "late-%")
 
-		// Side by side: the gateway's load again, with a probe straight to the upstream
-		// and one through each plain hop beside it, so that the hops and the gateway are
-		// measured on the same busy machine. Not Traefik: a second full Go proxy beside
-		// Caddy tells nothing new, and each probe adds to the machine's load.
+		// Side by side. Not Traefik: a second full Go proxy beside Caddy tells nothing new,
+		// and each probe adds to the machine's load.
 		if viaNginx != "" {
-			var sg, sd pacedResult
-			probes := map[*proxyHop]*pacedResult{}
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				sg = runPaced(gwRequests, gwRate, gwInFlight, func(i int) (sample, error) { return c.complete(gw, i) })
-			})
-			for _, h := range hops {
-				if h.base != "" && h != traefik {
-					r := &pacedResult{}
-					probes[h] = r
-					wg.Go(func() {
-						*r = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(h.base, i) })
-					})
-				}
-			}
-			wg.Go(func() {
-				sd = runPaced(gwProbes, gwProbeRate, gwInFlight, func(i int) (sample, error) { return c.complete(direct, i) })
-			})
-			wg.Wait()
-			mustRun(b, "side by side, gateway", sg)
-			for h, r := range probes {
-				mustRun(b, "side by side, "+h.name, *r)
-			}
-			mustRun(b, "side by side, direct", sd)
-			mustTimeEveryStart(b, sg)
-			settled(b, ps)
-			b.Logf("side by side: gateway %v; direct %v", sg, sd)
-			gw99 := quantile(sg.beyondStart, .99) - sd.pct(.99)
-			b.ReportMetric(msd(sd.pct(.99)), "side-direct-p99-ms")
-			b.ReportMetric(msd(quantile(sg.beyondStart, .50)-sd.pct(.50)), "side-added-beyond-start-wait-p50-ms")
-			b.ReportMetric(msd(gw99), "side-added-beyond-start-wait-p99-ms")
-			for h, r := range probes {
-				b.Logf("side by side: %s %v", h.name, *r)
-				hop99 := r.pct(.99) - sd.pct(.99)
-				b.ReportMetric(msd(r.pct(.50)-sd.pct(.50)), "side-"+h.name+"-added-p50-ms")
-				b.ReportMetric(msd(hop99), "side-"+h.name+"-added-p99-ms")
-				b.ReportMetric(msd(gw99-hop99), "side-beyond-"+h.name+"-p99-ms")
-			}
+			sideBySide(b, "", gwRequests, gwRate, func(h *proxyHop) bool { return h != traefik }, c.complete)
 		}
 		b.ReportMetric(0, "ns/op")
 	})
@@ -598,6 +610,14 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(perReq(g.pg, gwStreams), "pg-cpu-us/stream")
 		b.ReportMetric(float64(g.wal)/gwStreams, "pg-wal-bytes/stream")
 		b.ReportMetric(float64(max(d.late, g.late))/gwStreams*100, "late-%")
+		// Side by side (since 2026-12-05), as the json case: the first chunk's tail
+		// against a hop's under the same load. Only the hops that cut no stream (nginx
+		// and the bare Go hop): a probe fails on any error.
+		if viaNginx != "" {
+			settled(b, ps)
+			sideBySide(b, "ttfb-", gwStreams, gwStreamRate, func(h *proxyHop) bool { return h != traefik && h != caddy },
+				func(base string, i int) (sample, error) { return c.firstChunk(base, "sse", i, nil) })
+		}
 		b.ReportMetric(0, "ns/op")
 	})
 
