@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,8 +96,9 @@ func (u *hangingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestGoSDKs drives the official Go SDKs (github.com/openai/openai-go/v3 and
 // github.com/anthropics/anthropic-sdk-go/v2), each with its default options (retries,
 // backoff, HTTP client), through the enforcer's gateway and through the Envoy emulator
-// playing deploy/envoy/envoy.yaml in front of the same enforcer. On each front door, for
-// a member of its own organization:
+// playing deploy/envoy/envoy.yaml in front of the same enforcer, and through the gateway
+// once more over HTTP/2 (h2c, the SDKs given an h2c client, every answer checked to be
+// HTTP/2). On each front door, for a member of its own organization:
 //   - chat completions (with tools too) and the Responses API (OpenAI), messages (the
 //     beta API too) and token counting (Anthropic), plain and streamed, are admitted
 //     and charged exactly what the fake provider reported, at the organization's
@@ -122,17 +124,70 @@ func TestGoSDKs(t *testing.T) {
 	proxy, envoyURL := s.deployedEnvoy(t, upSrv.URL)
 
 	g := &goSDKRun{s: s, fake: fake, up: up, next: &next}
+	gatewayRequests := func(t *testing.T) float64 { return s.metric(t, "tollgate_enforcer_gateway_requests_total") }
+	h2c := newH2CClient()
 	for _, front := range []struct {
 		name, url string
 		// requests counts the requests the front door received: the enforcer's
 		// gateway counts each it answered, the emulated Envoy each that came.
 		requests func(t *testing.T) float64
+		// via is the SDKs' HTTP client: nil for their default (HTTP/1.1 to an http://
+		// base URL, as a developer's program sends).
+		via *protoCountingClient
 	}{
-		{"gateway", s.gateway, func(t *testing.T) float64 { return s.metric(t, "tollgate_enforcer_gateway_requests_total") }},
-		{"envoy", envoyURL, func(*testing.T) float64 { return float64(proxy.Requests()) }},
+		{"gateway", s.gateway, gatewayRequests, nil},
+		// The same calls over HTTP/2 (h2c, prior knowledge), as a mesh sidecar or a proxy
+		// speaking h2c to the gateway sends them: streams are HTTP/2 streams, a client
+		// that leaves resets its stream rather than closing a connection. (The SDKs
+		// speak HTTP/2 only over TLS by default, and the gateway has no TLS of its own.)
+		{"gateway over h2c", s.gateway, gatewayRequests, h2c},
+		{"envoy", envoyURL, func(*testing.T) float64 { return float64(proxy.Requests()) }, nil},
 	} {
-		t.Run(front.name, func(t *testing.T) { g.run(t, front.url, front.requests) })
+		t.Run(front.name, func(t *testing.T) {
+			g.run(t, front.url, front.requests, front.via)
+			if front.via != nil {
+				if n, other := front.via.counts(); n == 0 || other != 0 {
+					t.Errorf("%d answers over HTTP/2 and %d over another protocol, want every one over HTTP/2", n, other)
+				}
+			}
+		})
 	}
+}
+
+// protoCountingClient is an HTTP client for the SDKs that speaks only h2c (HTTP/2 with
+// prior knowledge, no TLS) and counts the answers by protocol, so a test can tell that
+// every call went over HTTP/2.
+type protoCountingClient struct {
+	http      *http.Client
+	mu        sync.Mutex
+	h2, other int
+}
+
+func newH2CClient() *protoCountingClient {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &protoCountingClient{http: &http.Client{Transport: tr}}
+}
+
+// Do is the SDKs' HTTPClient.
+func (c *protoCountingClient) Do(req *http.Request) (*http.Response, error) {
+	res, err := c.http.Do(req)
+	if err == nil {
+		c.mu.Lock()
+		if res.ProtoMajor == 2 {
+			c.h2++
+		} else {
+			c.other++
+		}
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
+func (c *protoCountingClient) counts() (h2, other int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.h2, c.other
 }
 
 // goSDKRun is TestGoSDKs' state, shared by its front doors (one at a time).
@@ -161,12 +216,16 @@ type goClients struct {
 }
 
 // newGoClients builds both clients with their default options: only the base URL and
-// the member's key are set, as a developer's program does.
-func newGoClients(base, key string) goClients {
-	return goClients{
-		openai:    openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey(key)),
-		anthropic: anthropic.NewClient(anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey(key)),
+// the member's key are set, as a developer's program does, and the HTTP client when via
+// is not nil.
+func newGoClients(base, key string, via *protoCountingClient) goClients {
+	oa := []option.RequestOption{option.WithBaseURL(base + "/v1/"), option.WithAPIKey(key)}
+	an := []anthropicoption.RequestOption{anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey(key)}
+	if via != nil {
+		oa = append(oa, option.WithHTTPClient(via))
+		an = append(an, anthropicoption.WithHTTPClient(via))
 	}
+	return goClients{openai: openai.NewClient(oa...), anthropic: anthropic.NewClient(an...)}
 }
 
 func openAIChat(ctx context.Context, c goClients) (string, error) {
@@ -297,11 +356,11 @@ func goSDKCalls() []goCall {
 	}
 }
 
-func (g *goSDKRun) run(t *testing.T, base string, requests func(*testing.T) float64) {
+func (g *goSDKRun) run(t *testing.T, base string, requests func(*testing.T) float64, via *protoCountingClient) {
 	s, fake := g.s, g.fake
 	o := s.setUpOrg(t)
 	s.putSDKPrices(t, o)
-	clients := newGoClients(base, o.key)
+	clients := newGoClients(base, o.key, via)
 	ctx := context.Background()
 	firstCall := len(fake.Calls())
 	var used int64
@@ -435,7 +494,7 @@ func (g *goSDKRun) run(t *testing.T, base string, requests func(*testing.T) floa
 	s.waitUsed(t, o, g.settled, used)
 
 	t.Run("a bad key is the 401, not retried", func(t *testing.T) {
-		bad := newGoClients(base, "tgk_"+strings.Repeat("x", 43))
+		bad := newGoClients(base, "tgk_"+strings.Repeat("x", 43), via)
 		for _, c := range []struct {
 			name string
 			do   func(context.Context, goClients) (string, error)
