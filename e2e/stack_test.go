@@ -458,7 +458,6 @@ func (s *stack) setUpOrg(t testing.TB) org {
 	return o
 }
 
-// invite signs a user up and makes them a member of o by invitation.
 // liftLimits archives the organization's usage-limit policy (setUpOrg's, at revision
 // 1): no limit refuses anything, so every request is admitted, started and settled.
 func (s *stack) liftLimits(t testing.TB, o org) {
@@ -478,6 +477,7 @@ func (s *stack) memberKeys(t testing.TB, o org, n int) []string {
 	return keys
 }
 
+// invite signs a user up and makes them a member of o by invitation.
 func (s *stack) invite(t testing.TB, o org, name string) party {
 	t.Helper()
 	p := s.signUp(t, name)
