@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +25,8 @@ import (
 func TestGatewayAlertsFire(t *testing.T) {
 	tool := promtool(t)
 	rules := alertRules(t, func(group, _ string) bool { return group == "tollgate-gateway" })
-	if len(rules) != 4 {
-		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing, TollgateGatewayCredentialRejected and TollgateGatewayNoCredential", len(rules))
+	if len(rules) != 5 {
+		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing, TollgateGatewayCredentialRejected and TollgateGatewayNoCredential, and TestGatewayCertificateAlertFires TollgateGatewayCertificateExpiring", len(rules))
 	}
 	dir := t.TempDir()
 	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "gateway", "rules": rules}}})
@@ -64,6 +65,50 @@ func TestGatewayAlertsFire(t *testing.T) {
 				firing("9m", "TollgateGatewayNoCredential", "critical"),
 				firing("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
 				firing("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
+			},
+		}},
+	})
+	cmd := exec.Command(tool, "test", "rules", "test.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestGatewayCertificateAlertFires runs TollgateGatewayCertificateExpiring through
+// `promtool test rules`: at the start enf-1 serves a certificate that expires in 8 days,
+// enf-2 one of 30 days, renewed (90 days) in the 20th hour, and enf-3 no TLS (the gauge
+// at 0). enf-1's is within 7 days after a day and fires once its `for` has passed;
+// enf-2's never comes near; enf-3's 0 must not read as long expired.
+func TestGatewayCertificateAlertFires(t *testing.T) {
+	tool := promtool(t)
+	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateGatewayCertificateExpiring" })
+	if len(rules) != 1 {
+		t.Fatal("no TollgateGatewayCertificateExpiring")
+	}
+	dir := t.TempDir()
+	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
+	const day = 86400
+	expiry := func(instance, values string) map[string]string {
+		return map[string]string{"series": `tollgate_enforcer_gateway_tls_certificate_expiration_timestamp_seconds{instance="` + instance + `"}`,
+			"values": values}
+	}
+	// A sample a minute for 48 hours; promtool's clock starts at 0.
+	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
+		"rule_files":          []string{"rules.yaml"},
+		"evaluation_interval": "1m",
+		"tests": []any{map[string]any{
+			"interval": "1m",
+			"input_series": []any{
+				expiry("enf-1", fmt.Sprintf("%dx2880", 8*day)),
+				expiry("enf-2", fmt.Sprintf("%dx1200 %dx1680", 30*day, 90*day)),
+				expiry("enf-3", "0x2880"),
+			},
+			"alert_rule_test": []any{
+				firing("23h", "TollgateGatewayCertificateExpiring", "warning"),
+				firing("24h5m", "TollgateGatewayCertificateExpiring", "warning"), // within 7 days after 24h, pending: for 10m
+				firing("24h11m", "TollgateGatewayCertificateExpiring", "warning", "enf-1"),
+				firing("47h", "TollgateGatewayCertificateExpiring", "warning", "enf-1"),
 			},
 		}},
 	})

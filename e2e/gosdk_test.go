@@ -139,7 +139,7 @@ func TestGoSDKs(t *testing.T) {
 		// The same calls over HTTP/2 (h2c, prior knowledge), as a mesh sidecar or a proxy
 		// speaking h2c to the gateway sends them: streams are HTTP/2 streams, a client
 		// that leaves resets its stream rather than closing a connection. (The SDKs
-		// speak HTTP/2 only over TLS by default, and the gateway has no TLS of its own.)
+		// speak HTTP/2 by themselves only over TLS: TestGatewayServesTLS runs them so.)
 		{"gateway over h2c", s.gateway, gatewayRequests, h2c},
 		{"envoy", envoyURL, func(*testing.T) float64 { return float64(proxy.Requests()) }, nil},
 	} {

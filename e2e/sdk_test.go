@@ -423,9 +423,10 @@ func sdkNode(dir string) string {
 }
 
 // runSDK runs one e2e/sdk script with a clean environment (nothing of the caller's
-// OPENAI_* or ANTHROPIC_* settings) and returns the line it printed. A script that
-// hangs (an SDK waiting out a Retry-After of hours) is killed after a minute.
-func runSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string) sdkResult {
+// OPENAI_* or ANTHROPIC_* settings, only extraEnv's "NAME=value" entries besides the
+// script's own) and returns the line it printed. A script that hangs (an SDK waiting out
+// a Retry-After of hours) is killed after a minute.
+func runSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string, extraEnv ...string) sdkResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -433,6 +434,7 @@ func runSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string) 
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TOLLGATE_BASE_URL=" + baseURL,
 		"TOLLGATE_API_KEY=" + apiKey, "TOLLGATE_MODEL=" + model}
+	cmd.Env = append(cmd.Env, extraEnv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

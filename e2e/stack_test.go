@@ -266,6 +266,9 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 	e := &enforcer{grpc: p.addrs["grpc"], http: "http://" + p.addrs["http"], admin: "http://" + p.addrs["admin"], stop: p.stop, logs: logs}
 	if a, ok := p.addrs["gateway"]; ok {
 		e.gateway = "http://" + a
+		if vars["TOLLGATE_GATEWAY_TLS_CERT"] != "" {
+			e.gateway = "https://" + a
+		}
 	}
 	waitFor(t, 10*time.Second, "enforcer ready", func() bool {
 		res, err := http.Get(e.admin + "/readyz")

@@ -420,17 +420,18 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		ErrorLog: logging.ServerLog(e.log, "http")}
 	adminSrv := admin.NewServer(e.Admin, e.log)
 	errc := make(chan error, 4)
-	// The gateway's server has no write or read timeout: a response streams as long as
-	// the upstream sends (the gateway's idle timeout cuts silent ones). It speaks HTTP/1.1
-	// and HTTP/2 without TLS (h2c, prior knowledge), which a proxy or a mesh sidecar may
-	// use to multiplex its requests over one connection; TLS is a front's (deploy/).
 	var gwSrv *http.Server
 	if e.Gateway != nil && lns.Gateway != nil {
-		gwSrv = &http.Server{Handler: e.Gateway, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-			Protocols: new(http.Protocols), ErrorLog: logging.ServerLog(e.log, "gateway")}
-		gwSrv.Protocols.SetHTTP1(true)
-		gwSrv.Protocols.SetUnencryptedHTTP2(true)
-		go func() { errc <- listen.IgnoreClosed(gwSrv.Serve(lns.Gateway)) }()
+		gwSrv = newGatewayServer(e.Gateway, e.cfg.GatewayTLS, e.log)
+		if pair := e.cfg.GatewayTLS; pair != nil {
+			loops.Go(ctx, "gateway TLS reload", func(ctx context.Context) error {
+				pair.Watch(ctx, gatewayTLSReload, e.log, "gateway TLS", e.Metrics.GatewayTLSLoaded)
+				return nil
+			})
+			go func() { errc <- listen.IgnoreClosed(gwSrv.ServeTLS(lns.Gateway, "", "")) }()
+		} else {
+			go func() { errc <- listen.IgnoreClosed(gwSrv.Serve(lns.Gateway)) }()
+		}
 		go e.Gateway.WarmCredentials(ctx)
 	}
 	go func() { errc <- listen.IgnoreClosed(httpSrv.Serve(lns.HTTP)) }()

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
+	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
 
 // Config is every knob of the enforcer. Each field comes from a flag whose default is
@@ -142,6 +143,9 @@ type Config struct {
 	// TOLLGATE_GATEWAY_ROUTES; both may be given (the file's "/" wins).
 	GatewayAddr string
 	Gateway     gateway.Config
+	// GatewayTLS is the gateway's certificate (TOLLGATE_GATEWAY_TLS_CERT and _KEY),
+	// read again every gatewayTLSReload; nil: the gateway serves plain HTTP and h2c.
+	GatewayTLS *tlsreload.Pair
 }
 
 // Defaults of the address knobs.

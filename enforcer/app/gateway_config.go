@@ -1,17 +1,24 @@
 package app
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
 
 // gatewayFlags are the gateway's knobs as parsed, before they become Config.Gateway.
 type gatewayFlags struct {
 	addr, upstream, authorization, authorizationFile, routesFile string
+	tlsCert, tlsKey                                              string
 	maxBody, maxStreams                                          int
 	cfg                                                          gateway.Config
 }
@@ -23,6 +30,8 @@ func (g *gatewayFlags) register(fs *flag.FlagSet, e *envflag.Env) {
 	// that -h never prints one.
 	fs.StringVar(&g.authorization, "gateway-upstream-authorization", "", "the Authorization value the gateway sends to TOLLGATE_GATEWAY_UPSTREAM, e.g. \"Bearer sk-...\" (TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION)")
 	fs.StringVar(&g.authorizationFile, "gateway-upstream-authorization-file", "", "file holding that value, read at start (TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION_FILE)")
+	fs.StringVar(&g.tlsCert, "gateway-tls-cert", e.String("TOLLGATE_GATEWAY_TLS_CERT", ""), "PEM certificate (chain) of the gateway; with --gateway-tls-key, the gateway serves HTTPS (HTTP/1.1 and HTTP/2), the files read again every 10s (TOLLGATE_GATEWAY_TLS_CERT)")
+	fs.StringVar(&g.tlsKey, "gateway-tls-key", e.String("TOLLGATE_GATEWAY_TLS_KEY", ""), "PEM private key of --gateway-tls-cert (TOLLGATE_GATEWAY_TLS_KEY)")
 	fs.StringVar(&g.routesFile, "gateway-routes", e.String("TOLLGATE_GATEWAY_ROUTES", ""), "YAML or JSON file of upstreams by path prefix, each with its own credential (TOLLGATE_GATEWAY_ROUTES; docs/gateway.md)")
 	fs.IntVar(&g.maxBody, "gateway-max-body-bytes", e.Int("TOLLGATE_GATEWAY_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes), "largest request body the gateway accepts; larger is 413 (TOLLGATE_GATEWAY_MAX_BODY_BYTES)")
 	fs.DurationVar(&g.cfg.ConnectTimeout, "gateway-connect-timeout", e.Duration("TOLLGATE_GATEWAY_CONNECT_TIMEOUT", gateway.DefaultConnectTimeout), "longest upstream connection set-up, TLS included (TOLLGATE_GATEWAY_CONNECT_TIMEOUT)")
@@ -42,9 +51,22 @@ func (g *gatewayFlags) finish(c *Config, getenv func(string) string) []string {
 		if g.upstream != "" || g.routesFile != "" {
 			p = append(p, "TOLLGATE_GATEWAY_UPSTREAM or TOLLGATE_GATEWAY_ROUTES is set without TOLLGATE_GATEWAY_ADDR: the gateway is off")
 		}
+		if g.tlsCert != "" || g.tlsKey != "" {
+			p = append(p, "TOLLGATE_GATEWAY_TLS_CERT or TOLLGATE_GATEWAY_TLS_KEY is set without TOLLGATE_GATEWAY_ADDR: the gateway is off")
+		}
 		return p
 	}
 	c.GatewayAddr = g.addr
+	switch {
+	case (g.tlsCert == "") != (g.tlsKey == ""):
+		p = append(p, "TOLLGATE_GATEWAY_TLS_CERT and TOLLGATE_GATEWAY_TLS_KEY: set both or neither")
+	case g.tlsCert != "":
+		pair, err := tlsreload.Load(g.tlsCert, g.tlsKey)
+		if err != nil {
+			p = append(p, fmt.Sprintf("TOLLGATE_GATEWAY_TLS_CERT/KEY: %v", err))
+		}
+		c.GatewayTLS = pair
+	}
 	cfg := g.cfg
 	if g.routesFile != "" {
 		data, err := os.ReadFile(g.routesFile)
@@ -92,4 +114,29 @@ func hasPrefix(rs []gateway.Route, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// gatewayTLSReload is how often the gateway reads its certificate files again: a
+// renewed Secret (the kubelet updates a mounted one within about a minute) is served
+// from the next handshake after it, without a restart.
+const gatewayTLSReload = 10 * time.Second
+
+// newGatewayServer is the gateway's HTTP server. Without TLS it speaks HTTP/1.1 and
+// HTTP/2 with prior knowledge (h2c), which a proxy or a mesh sidecar may use to multiplex
+// its requests over one connection. With pair it speaks HTTPS only, HTTP/2 or HTTP/1.1 as
+// the client's ALPN asks (a WebSocket, OpenAI's Realtime API, takes HTTP/1.1: the server
+// does not offer WebSockets over HTTP/2), TLS 1.2 at least, with the certificate pair
+// serves at the handshake's time. It has no write or read timeout: a response streams
+// as long as the upstream sends (the gateway's idle timeout cuts silent ones).
+func newGatewayServer(h http.Handler, pair *tlsreload.Pair, log *slog.Logger) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		Protocols: new(http.Protocols), ErrorLog: logging.ServerLog(log, "gateway")}
+	srv.Protocols.SetHTTP1(true)
+	if pair == nil {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+		return srv
+	}
+	srv.Protocols.SetHTTP2(true)
+	srv.TLSConfig = &tls.Config{GetCertificate: pair.GetCertificate, MinVersion: tls.VersionTLS12}
+	return srv
 }

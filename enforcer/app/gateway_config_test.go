@@ -2,13 +2,18 @@ package app
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
+	"log/slog"
+	"maps"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
 // The gateway's knobs: off by default; an upstream, a routes file, or both (the file's
@@ -127,5 +132,71 @@ func TestGatewayUpstreamSecretIsNotShown(t *testing.T) {
 				t.Errorf("%s=%q: the error shows the secret: %v", name, upstream, err)
 			}
 		}
+	}
+}
+
+// The gateway's TLS knobs: a pair that loads is served (from the first handshake the
+// server makes); half a pair, files that do not load, or a pair without the gateway are
+// refused at start, the variable named.
+func TestGatewayTLSConfig(t *testing.T) {
+	ca := testtls.NewCA(t, "gateway config test CA")
+	pair := ca.Server(t)
+	other := testtls.NewCA(t, "another CA").Server(t)
+	base := map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x"}
+	with := func(kv ...string) map[string]string {
+		env := maps.Clone(base)
+		for i := 0; i < len(kv); i += 2 {
+			env[kv[i]] = kv[i+1]
+		}
+		return env
+	}
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		problem string
+	}{
+		{"no TLS", base, ""},
+		{"a pair", with("TOLLGATE_GATEWAY_TLS_CERT", pair.CertFile, "TOLLGATE_GATEWAY_TLS_KEY", pair.KeyFile), ""},
+		{"a certificate without its key", with("TOLLGATE_GATEWAY_TLS_CERT", pair.CertFile), "TOLLGATE_GATEWAY_TLS_CERT and TOLLGATE_GATEWAY_TLS_KEY: set both or neither"},
+		{"a key without its certificate", with("TOLLGATE_GATEWAY_TLS_KEY", pair.KeyFile), "set both or neither"},
+		{"a missing file", with("TOLLGATE_GATEWAY_TLS_CERT", filepath.Join(t.TempDir(), "nope.pem"), "TOLLGATE_GATEWAY_TLS_KEY", pair.KeyFile),
+			"TOLLGATE_GATEWAY_TLS_CERT/KEY: open "},
+		{"a key of another certificate", with("TOLLGATE_GATEWAY_TLS_CERT", pair.CertFile, "TOLLGATE_GATEWAY_TLS_KEY", other.KeyFile),
+			"TOLLGATE_GATEWAY_TLS_CERT/KEY: " + pair.CertFile + " and " + other.KeyFile + ": tls: private key does not match public key"},
+		{"a pair without the gateway", map[string]string{"TOLLGATE_GATEWAY_TLS_CERT": pair.CertFile, "TOLLGATE_GATEWAY_TLS_KEY": pair.KeyFile},
+			"TOLLGATE_GATEWAY_TLS_CERT or TOLLGATE_GATEWAY_TLS_KEY is set without TOLLGATE_GATEWAY_ADDR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("err %v, want %q", err, tc.problem)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c.GatewayTLS != nil) != (tc.env["TOLLGATE_GATEWAY_TLS_CERT"] != "") {
+				t.Fatalf("GatewayTLS %v with TOLLGATE_GATEWAY_TLS_CERT %q", c.GatewayTLS, tc.env["TOLLGATE_GATEWAY_TLS_CERT"])
+			}
+			srv := newGatewayServer(http.NotFoundHandler(), c.GatewayTLS, slog.New(slog.DiscardHandler))
+			if c.GatewayTLS == nil {
+				if srv.TLSConfig != nil || !srv.Protocols.UnencryptedHTTP2() || srv.Protocols.HTTP2() {
+					t.Fatalf("a gateway without TLS: TLS config %v, protocols %v; want h2c and HTTP/1.1", srv.TLSConfig, srv.Protocols)
+				}
+				return
+			}
+			if c.GatewayTLS.Leaf().Subject.CommonName != testtls.ServerName {
+				t.Errorf("serving %q", c.GatewayTLS.Leaf().Subject)
+			}
+			if srv.TLSConfig == nil || srv.TLSConfig.MinVersion != tls.VersionTLS12 || srv.Protocols.UnencryptedHTTP2() || !srv.Protocols.HTTP2() || !srv.Protocols.HTTP1() {
+				t.Fatalf("a gateway with TLS: TLS config %v, protocols %v; want TLS 1.2 at least, HTTP/2 and HTTP/1.1, no h2c", srv.TLSConfig, srv.Protocols)
+			}
+			got, err := srv.TLSConfig.GetCertificate(&tls.ClientHelloInfo{})
+			if err != nil || got.Leaf.SerialNumber.Cmp(c.GatewayTLS.Leaf().SerialNumber) != 0 {
+				t.Fatalf("GetCertificate: %v, %v", got, err)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"crypto/x509"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -103,6 +104,9 @@ type Metrics struct {
 	// budget now (requestbody.Decoding), both front doors.
 	RequestDecodes   prometheus.Gauge
 	GatewayFirstByte prometheus.Histogram
+	// GatewayTLSExpiry is when the certificate the gateway serves expires (its Unix
+	// time; 0 when the gateway serves no TLS), set at each load (GatewayTLSLoaded).
+	GatewayTLSExpiry prometheus.Gauge
 	// Reservations counts the in-flight guard's reservations by basis: worst_case (the
 	// request's own, from its body), or why the policy's amount was used instead
 	// (ReservationBases).
@@ -411,13 +415,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			// default: a completion that is not streamed answers only at its end).
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900},
 		}),
+		GatewayTLSExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_gateway_tls_certificate_expiration_timestamp_seconds",
+			Help: "When the certificate the inference gateway serves (TOLLGATE_GATEWAY_TLS_CERT) expires, in Unix seconds; 0 when the gateway serves no TLS. It moves when a renewal is loaded (the files are read every 10s): one that stays near is a renewal that did not come or did not load (logged \"gateway TLS: the renewed certificate does not load\").",
+		}),
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.SpeculativeStarts, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
-		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte,
+		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges, m.MemberCapacity, m.MemberCacheEntries, m.MemberCacheEvictions)
 
 	for decision, reasons := range decisionReasons {
@@ -491,3 +499,8 @@ func (c *memberCacheEntries) Collect(ch chan<- prometheus.Metric) {
 
 // Discard returns metrics registered nowhere, for tests and tools that do not serve them.
 func Discard() *Metrics { return New(prometheus.NewRegistry()) }
+
+// GatewayTLSLoaded records the expiry of the certificate the gateway serves from now on.
+func (m *Metrics) GatewayTLSLoaded(leaf *x509.Certificate) {
+	m.GatewayTLSExpiry.Set(float64(leaf.NotAfter.Unix()))
+}
