@@ -21,7 +21,7 @@ const (
 
 // requiredCases must exist in charts/tollgate/ci: the golden files cover at
 // least these.
-var requiredCases = []string{"defaults", "sidecar", "redis-cluster", "redis-sentinel", "autoscaling", "gateway", "httproute", "networkpolicy"}
+var requiredCases = []string{"defaults", "sidecar", "redis-cluster", "redis-sentinel", "autoscaling", "gateway", "gateway-tls", "httproute", "networkpolicy"}
 
 // valueFiles lists charts/tollgate/ci/*-values.yaml as case name -> path.
 func valueFiles(t *testing.T) map[string]string {

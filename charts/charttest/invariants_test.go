@@ -38,7 +38,7 @@ var envContract = map[string][]string{
 		"TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR",
 		"TOLLGATE_CONTROLPLANE_ADDR", "TOLLGATE_FAILURE_MODE", "TOLLGATE_DEFERRED_BILLING", "TOLLGATE_DEFERRED_BILLING_ALLOW", "TOLLGATE_INTERNAL_TOKEN",
 		"TOLLGATE_UPSTREAM_AUTHORIZATION", "TOLLGATE_UPSTREAM_API_KEY",
-		"TOLLGATE_GATEWAY_ADDR", "TOLLGATE_GATEWAY_UPSTREAM", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION",
+		"TOLLGATE_GATEWAY_ADDR", "TOLLGATE_GATEWAY_TLS_CERT", "TOLLGATE_GATEWAY_TLS_KEY", "TOLLGATE_GATEWAY_UPSTREAM", "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION",
 		"TOLLGATE_GATEWAY_ROUTES", "TOLLGATE_GATEWAY_MAX_BODY_BYTES", "TOLLGATE_GATEWAY_CONNECT_TIMEOUT",
 		"TOLLGATE_GATEWAY_HEADER_TIMEOUT", "TOLLGATE_GATEWAY_IDLE_TIMEOUT", "TOLLGATE_GATEWAY_BODY_TIMEOUT", "TOLLGATE_GATEWAY_MAX_STREAMS",
 		"TOLLGATE_GATEWAY_SERVER_TIMING", "TOLLGATE_GATEWAY_ACCESS_LOG", "TOLLGATE_LOG_FORMAT", "TOLLGATE_LOG_LEVEL",
@@ -421,8 +421,11 @@ func TestEnvContractDocumented(t *testing.T) {
 // files (credentialFile, google's credentialsFile, oauth2's clientSecretFile)
 // are keys of mounted Secrets (aws names none: the pod's AWS identity signs;
 // oauth2's clientAssertionFile is a token file of the pod, as given, e.g. AKS
-// workload identity's); a change of the routes rolls the pods; and the enforcer
-// Service exposes the gateway port.
+// workload identity's); a change of the routes rolls the pods; the enforcer
+// Service exposes the gateway port; and a gateway over HTTPS names both its
+// certificate and its key (TOLLGATE_GATEWAY_TLS_CERT, _KEY), each tls.crt or tls.key
+// of a Secret mounted read-only where it points, and its Service port says https
+// (appProtocol), as a port without them says http.
 func checkGateway(t *testing.T, kinds map[string][]obj) {
 	t.Helper()
 	configMaps := map[string]obj{}
@@ -463,23 +466,6 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 			if env["TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION"] != nil && upstream == "" {
 				t.Errorf("%s: TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION without TOLLGATE_GATEWAY_UPSTREAM (the enforcer refuses to start)", where)
 			}
-			gatewayServed := false
-			for _, s := range kinds["Service"] {
-				if selectsAny(get(s, "spec", "selector"), []obj{d}) {
-					for _, p := range list(s, "spec", "ports") {
-						gatewayServed = gatewayServed || str(p, "targetPort") == "gateway"
-					}
-				}
-			}
-			if !gatewayServed {
-				t.Errorf("%s: no Service port targets the gateway", where)
-			}
-			if routes == "" {
-				continue
-			}
-			if str(get(d, "spec", "template"), "metadata", "annotations", "checksum/gateway-routes") == "" {
-				t.Errorf("%s: no checksum/gateway-routes annotation: a change of the routes would not roll the pods", where)
-			}
 			// The volume mounted at path's directory (or above), and its definition.
 			volumes := map[string]obj{}
 			for _, v := range list(pod, "volumes") {
@@ -496,6 +482,45 @@ func checkGateway(t *testing.T, kinds map[string][]obj) {
 					}
 				}
 				return nil, ""
+			}
+			cert, key := str(env["TOLLGATE_GATEWAY_TLS_CERT"], "value"), str(env["TOLLGATE_GATEWAY_TLS_KEY"], "value")
+			if (cert == "") != (key == "") {
+				t.Errorf("%s: TOLLGATE_GATEWAY_TLS_CERT=%q and TOLLGATE_GATEWAY_TLS_KEY=%q: both or neither (the enforcer refuses one alone)", where, cert, key)
+			}
+			for _, f := range [][2]string{{cert, "tls.crt"}, {key, "tls.key"}} {
+				if f[0] == "" {
+					continue
+				}
+				if vol, item := mountOf(f[0]); str(vol, "secret", "secretName") == "" || item != f[1] {
+					t.Errorf("%s: the gateway's %s is %s, not the %s of a Secret mounted in the container (volume %v)", where, f[1], f[0], f[1], vol)
+				}
+			}
+			wantProtocol := "http"
+			if cert != "" {
+				wantProtocol = "https"
+			}
+			gatewayServed := false
+			for _, s := range kinds["Service"] {
+				if selectsAny(get(s, "spec", "selector"), []obj{d}) {
+					for _, p := range list(s, "spec", "ports") {
+						if str(p, "targetPort") != "gateway" {
+							continue
+						}
+						gatewayServed = true
+						if got := str(p, "appProtocol"); got != wantProtocol {
+							t.Errorf("%s: Service %s port %s has appProtocol %q, want %q (the gateway serves %s)", where, str(s, "metadata", "name"), str(p, "name"), got, wantProtocol, wantProtocol)
+						}
+					}
+				}
+			}
+			if !gatewayServed {
+				t.Errorf("%s: no Service port targets the gateway", where)
+			}
+			if routes == "" {
+				continue
+			}
+			if str(get(d, "spec", "template"), "metadata", "annotations", "checksum/gateway-routes") == "" {
+				t.Errorf("%s: no checksum/gateway-routes annotation: a change of the routes would not roll the pods", where)
 			}
 			vol, file := mountOf(routes)
 			cm := configMaps[str(vol, "configMap", "name")]

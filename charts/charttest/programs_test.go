@@ -90,6 +90,13 @@ func programEnv(c obj) map[string]string {
 // together, then stops before it opens anything.
 func programProblems(t *testing.T, program string, env map[string]string, name string) []string {
 	t.Helper()
+	return programProblemsWhere(t, program, env, func(line string) bool { return strings.HasPrefix(line, name+":") })
+}
+
+// programProblemsWhere is programProblems for the problems whose line about matches,
+// for problems that name several variables ("TOLLGATE_A and TOLLGATE_B: ...").
+func programProblemsWhere(t *testing.T, program string, env map[string]string, about func(line string) bool) []string {
+	t.Helper()
 	poisoned := map[string]string{"TOLLGATE_LOG_FORMAT": "not-a-format"}
 	getenv := func(k string) string {
 		if v, ok := poisoned[k]; ok {
@@ -113,7 +120,7 @@ func programProblems(t *testing.T, program string, env map[string]string, name s
 	}
 	var problems []string
 	for _, line := range strings.Split(err.Error(), "\n") {
-		if line = strings.TrimSpace(line); strings.HasPrefix(line, name+":") {
+		if line = strings.TrimSpace(line); about(line) {
 			problems = append(problems, line)
 		}
 	}

@@ -426,6 +426,13 @@ routes file and the routes' credentials are mounted at fixed paths.
 {{- define "tollgate.gateway.credentialsDir" -}}/etc/tollgate/gateway-credentials{{- end -}}
 
 {{/*
+The gateway over HTTPS (enforcer.gateway.tls; README: "The gateway over HTTPS"): the
+Secret of tls.secretName mounted at a fixed path, its files named in the environment.
+The enforcer reads the pair again every 10 seconds, so a renewal needs no restart.
+*/}}
+{{- define "tollgate.gateway.tlsDir" -}}/etc/tollgate/gateway-tls{{- end -}}
+
+{{/*
 Bytes of a memory quantity: GOMEMLIMIT's form (200MiB) or a Kubernetes quantity
 in whole units (256Mi, 1Gi, 512M); "" when it is neither (no check is made then).
 */}}
@@ -640,6 +647,9 @@ control plane outage loses them. The enforcer warns of the same at start.
 {{- $root := .ctx -}}
 {{- $g := $root.Values.enforcer.gateway -}}
 {{- $auth := $root.Values.secrets.gatewayUpstreamAuthorization -}}
+{{- if and (dig "tls" "secretName" "" $g) (not $g.enabled) }}
+{{- fail "enforcer.gateway.tls.secretName needs the inference gateway: enforcer.gateway.enabled in deployment mode" }}
+{{- end }}
 {{- if $g.enabled }}
 {{- if .sidecar }}
 {{- fail "enforcer.gateway.enabled needs enforcer.mode deployment: the gateway replaces Envoy, it does not run beside it" }}
@@ -656,6 +666,7 @@ control plane outage loses them. The enforcer warns of the same at start.
 {{- end }}
 - name: TOLLGATE_GATEWAY_ADDR
   value: "0.0.0.0:{{ $g.port }}"
+{{- include "tollgate.gateway.tlsEnv" $root }}
 {{- if $g.upstream }}
 - name: TOLLGATE_GATEWAY_UPSTREAM
   value: {{ $g.upstream | quote }}
@@ -691,6 +702,23 @@ control plane outage loses them. The enforcer warns of the same at start.
 - name: TOLLGATE_GATEWAY_ACCESS_LOG
   value: "true"
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the gateway serves HTTPS (enforcer.gateway.tls.secretName): "true" or "". */}}
+{{- define "tollgate.gateway.hasTLS" -}}
+{{- $g := .Values.enforcer.gateway -}}
+{{- if and $g.enabled (dig "tls" "secretName" "" $g) (eq .Values.enforcer.mode "deployment") }}true{{ end -}}
+{{- end -}}
+
+{{/* The gateway's environment for serving HTTPS (none without tls.secretName). */}}
+{{- define "tollgate.gateway.tlsEnv" -}}
+{{- if include "tollgate.gateway.hasTLS" . }}
+{{- $dir := include "tollgate.gateway.tlsDir" . }}
+- name: TOLLGATE_GATEWAY_TLS_CERT
+  value: "{{ $dir }}/tls.crt"
+- name: TOLLGATE_GATEWAY_TLS_KEY
+  value: "{{ $dir }}/tls.key"
 {{- end }}
 {{- end -}}
 
@@ -819,6 +847,24 @@ routes:
 {{- end }}
 {{- end -}}
 
+{{/* The mount of the gateway's TLS Secret (none without tls.secretName). */}}
+{{- define "tollgate.gateway.tlsVolumeMount" -}}
+{{- if include "tollgate.gateway.hasTLS" . }}
+- name: gateway-tls
+  mountPath: {{ include "tollgate.gateway.tlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The volume of the gateway's TLS Secret (none without tls.secretName). */}}
+{{- define "tollgate.gateway.tlsVolume" -}}
+{{- if include "tollgate.gateway.hasTLS" . }}
+- name: gateway-tls
+  secret:
+    secretName: {{ .Values.enforcer.gateway.tls.secretName }}
+{{- end }}
+{{- end -}}
+
 {{/* The settlement spool's mount path (enforcer.settleSpool). */}}
 {{- define "tollgate.settleSpool.dir" -}}/var/lib/tollgate/settle-spool{{- end -}}
 
@@ -926,9 +972,10 @@ side mounts its Secret at a fixed path and names the files in its environment.
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer container's volume mounts: the gateway's, TLS, then extraVolumeMounts. */}}
+{{/* The enforcer container's volume mounts: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS, then extraVolumeMounts. */}}
 {{- define "tollgate.enforcer.volumeMounts" -}}
 {{- include "tollgate.gateway.volumeMounts" . }}
+{{- include "tollgate.gateway.tlsVolumeMount" . }}
 {{- if .Values.enforcer.settleSpool.enabled }}
 - name: tollgate-settle-spool
   mountPath: {{ include "tollgate.settleSpool.dir" . }}
@@ -943,9 +990,10 @@ side mounts its Secret at a fixed path and names the files in its environment.
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer pod's volumes: the gateway's, the settlement spool, TLS, then extraVolumes. */}}
+{{/* The enforcer pod's volumes: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS, then extraVolumes. */}}
 {{- define "tollgate.enforcer.volumes" -}}
 {{- include "tollgate.gateway.volumes" . }}
+{{- include "tollgate.gateway.tlsVolume" . }}
 {{- include "tollgate.settleSpool.volume" . }}
 {{- if .Values.internalTLS.enabled }}
 - name: controlplane-tls
