@@ -143,7 +143,9 @@ func startHoldingUpstream(b *testing.B, mode string) string {
 // e2e's BenchmarkGateway/idle_streams_1000, which adds the durable start's state) and
 // HTTPS over HTTP/2, as providers speak it (streams share a TLS connection), and HTTPS
 // over HTTP/1.1 only (a TLS connection per stream, as behind a proxy that speaks no
-// HTTP/2). And
+// HTTP/2). The gateway serving HTTPS itself (tls-front-h1, tls-front-h2: a client's TLS
+// connection held by the gateway, over HTTP/1.1 one a stream, over HTTP/2 shared), the
+// direct streams then over TLS too, in the same protocol. And
 // clients that offer gzip and br, as the SDKs do, to an upstream that compresses a
 // stream in the coding offered (gzip, br), or in gzip whatever was offered
 // (gzip-always): the gateway asks a stream for no coding
@@ -163,21 +165,38 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pem)
 	plain := startHoldingUpstream(b, "http")
-	for _, tc := range []struct{ name, mode, proto string }{
-		{"http1", "http", "HTTP/1.1"},
-		{"https-h2", "https:" + server.CertFile + ":" + server.KeyFile, "HTTP/2.0"},
-		{"https-h1", "https:" + server.CertFile + ":" + server.KeyFile + "+h1", "HTTP/1.1"},
-		{"http1-gzip", "http+gzip", "HTTP/1.1"},
-		{"http1-br", "http+br", "HTTP/1.1"},
-		{"http1-gzip-always", "http+gzip-always", "HTTP/1.1"},
+	httpsMode := "https:" + server.CertFile + ":" + server.KeyFile
+	for _, tc := range []struct {
+		name, mode, proto string
+		// tlsFront: the gateway serves HTTPS (its own TLS, TOLLGATE_GATEWAY_TLS_CERT),
+		// and the client speaks HTTP/2 to it when clientH2, else HTTP/1.1. The direct
+		// streams then go to a TLS upstream in the same protocol (directMode, seen as
+		// directProto), so that both runs hold the same client side here.
+		tlsFront, clientH2      bool
+		directMode, directProto string
+	}{
+		{name: "http1", mode: "http", proto: "HTTP/1.1"},
+		{name: "https-h2", mode: httpsMode, proto: "HTTP/2.0"},
+		{name: "https-h1", mode: httpsMode + "+h1", proto: "HTTP/1.1"},
+		{name: "http1-gzip", mode: "http+gzip", proto: "HTTP/1.1"},
+		{name: "http1-br", mode: "http+br", proto: "HTTP/1.1"},
+		{name: "http1-gzip-always", mode: "http+gzip-always", proto: "HTTP/1.1"},
+		{name: "tls-front-h1", mode: "http", proto: "HTTP/1.1", tlsFront: true, directMode: httpsMode + "+h1", directProto: "HTTP/1.1"},
+		{name: "tls-front-h2", mode: "http", proto: "HTTP/1.1", tlsFront: true, clientH2: true, directMode: httpsMode, directProto: "HTTP/2.0"},
+		// Both sides in TLS, as deployed with no proxy in front: an HTTPS provider.
+		{name: "tls-front-h1-https-h2", mode: httpsMode, proto: "HTTP/2.0", tlsFront: true, directMode: httpsMode + "+h1", directProto: "HTTP/1.1"},
+		{name: "tls-front-h2-https-h2", mode: httpsMode, proto: "HTTP/2.0", tlsFront: true, clientH2: true, directMode: httpsMode, directProto: "HTTP/2.0"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			up, direct := plain, plain
+			up, direct, directProto := plain, plain, "HTTP/1.1"
 			if tc.mode != "http" {
 				up = startHoldingUpstream(b, tc.mode)
 			}
 			if strings.HasPrefix(tc.mode, "http+") {
 				direct = up // the same coded stream on both sides
+			}
+			if tc.directMode != "" {
+				direct, directProto = startHoldingUpstream(b, tc.directMode), tc.directProto
 			}
 			cfg := gateway.Config{}
 			tr := gateway.NewTransport(cfg, (&net.Dialer{}).DialContext)
@@ -193,11 +212,22 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			front := httptest.NewServer(gw)
+			front := httptest.NewUnstartedServer(gw)
+			if tc.tlsFront {
+				pair, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
+				if err != nil {
+					b.Fatal(err)
+				}
+				front.EnableHTTP2 = true
+				front.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+				front.StartTLS()
+			} else {
+				front.Start()
+			}
 			defer front.Close()
 			for b.Loop() {
-				direct := holdStreams(b, direct, streams, "HTTP/1.1")
-				through := holdStreams(b, front.URL, streams, tc.proto)
+				direct := holdStreams(b, direct, streams, directProto, roots, tc.clientH2)
+				through := holdStreams(b, front.URL, streams, tc.proto, roots, tc.clientH2)
 				kib := func(v int64) float64 { return float64(v) / 1024 / streams }
 				b.ReportMetric(kib(through.heap-direct.heap), "heap-KiB/stream")
 				b.ReportMetric(kib(through.stacks-direct.stacks), "stack-KiB/stream")
@@ -212,10 +242,12 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 type heldMemory struct{ heap, stacks, rss int64 }
 
 // holdStreams opens n streams to base (the upstream's first event read on each, and
-// its protocol as proto), measures this process's memory, then lets them go.
-func holdStreams(b *testing.B, base string, n int, proto string) heldMemory {
+// its protocol as proto), measures this process's memory, then lets them go. Over
+// HTTPS the client trusts roots and speaks HTTP/2 when h2, else HTTP/1.1.
+func holdStreams(b *testing.B, base string, n int, proto string, roots *x509.CertPool, h2 bool) heldMemory {
 	b.Helper()
-	client := &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}
+	client := &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: roots},
+		ForceAttemptHTTP2: h2}
 	defer client.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	before := liveMemory()
