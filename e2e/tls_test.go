@@ -2,8 +2,12 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +68,24 @@ func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
 			"TOLLGATE_FAILURE_MODE": mode}
 	}
 
+	// Before the others (this one is not parallel): the control plane's certificate
+	// renewed in place, as the kubelet renews a mounted Secret, is served from a new
+	// handshake within the reload interval, without a restart; the enforcers below then
+	// meet the renewed one.
+	t.Run("a renewed certificate is served without a restart", func(t *testing.T) {
+		before := serverSerial(t, grpcAddr, ca, client)
+		renewed := ca.Server(t) // the same files, a new serial
+		want := leafOf(t, renewed).SerialNumber.String()
+		if want == before {
+			t.Fatalf("the renewal kept serial %s", before)
+		}
+		waitFor(t, 30*time.Second, "the control plane to present the renewed certificate", func() bool {
+			return serverSerial(t, grpcAddr, ca, client) == want
+		})
+		if !strings.Contains(s.cpLogs.String(), "internal API TLS: renewed certificate loaded") {
+			t.Errorf("no log line for the renewal:\n%s", s.cpLogs.String())
+		}
+	})
 	t.Run("the right CA and a client certificate", func(t *testing.T) {
 		t.Parallel()
 		admin, _ := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, client, "", "closed"))
@@ -112,4 +134,27 @@ func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
 		admin, _ := startEnforcer(t, s, grpcAddr, internalToken)
 		readyWithin(t, admin, http.StatusServiceUnavailable, "control plane unreachable\n")
 	})
+}
+
+// serverSerial shakes hands with the TLS server at addr, trusting ca and presenting the
+// client pair, and returns the serial of the certificate it presented.
+func serverSerial(t *testing.T, addr string, ca *testtls.CA, client testtls.Pair) string {
+	t.Helper()
+	pem, err := os.ReadFile(ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	pair, err := tls.LoadX509KeyPair(client.CertFile, client.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("handshake with %s: %v", addr, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
+	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
 
 // checkInternalAuth refuses to serve an internal API that would accept no one: a token
@@ -43,29 +44,35 @@ func newRedis(c Config) (redis.UniversalClient, error) {
 
 // grpcCredentials are the internal API's transport credentials: nil for plaintext
 // (loopback, or a mesh that encrypts), TLS with the configured pair, and mTLS when a
-// client CA is configured.
-func grpcCredentials(c Config) (credentials.TransportCredentials, error) {
+// client CA is configured. The pair (nil for plaintext) is presented at every
+// handshake as last loaded: Serve reads its files again every tlsReload, so a renewed
+// Secret is served without a restart. The client CA is read once, at start.
+func grpcCredentials(c Config) (credentials.TransportCredentials, *tlsreload.Pair, error) {
 	if c.GRPCTLSCert == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	pair, err := tls.LoadX509KeyPair(c.GRPCTLSCert, c.GRPCTLSKey)
+	pair, err := tlsreload.Load(c.GRPCTLSCert, c.GRPCTLSKey)
 	if err != nil {
-		return nil, fmt.Errorf("TOLLGATE_GRPC_TLS_CERT/KEY: %w", err)
+		return nil, nil, fmt.Errorf("TOLLGATE_GRPC_TLS_CERT/KEY: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{GetCertificate: pair.GetCertificate, MinVersion: tls.VersionTLS12}
 	if c.GRPCClientCA != "" {
 		pem, err := os.ReadFile(c.GRPCClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("TOLLGATE_GRPC_CLIENT_CA: %w", err)
+			return nil, nil, fmt.Errorf("TOLLGATE_GRPC_CLIENT_CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, errors.New("TOLLGATE_GRPC_CLIENT_CA: no PEM certificate in the file")
+			return nil, nil, errors.New("TOLLGATE_GRPC_CLIENT_CA: no PEM certificate in the file")
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
-	return credentials.NewTLS(cfg), nil
+	return credentials.NewTLS(cfg), pair, nil
 }
+
+// tlsReload is how often the internal API's certificate files are read again: the
+// kubelet brings a renewed Secret into the mounted directory within about a minute.
+const tlsReload = 10 * time.Second
 
 // resync rebuilds the Redis mirror once: a new generation, then every mirrored member's
 // record from Postgres.

@@ -31,6 +31,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
 
 // serve is the serve subcommand: configuration, the store (schema checked, platform
@@ -99,6 +100,9 @@ type Deps struct {
 type ControlPlane struct {
 	cfg Config
 	log *slog.Logger
+	// grpcCert is the internal API's certificate (nil: plaintext), read again every
+	// tlsReload while Serve runs.
+	grpcCert *tlsreload.Pair
 
 	Metrics *metrics.Metrics
 	// Mirror writes the Redis mirror; its maintenance loop runs in Serve.
@@ -123,7 +127,7 @@ type ControlPlane struct {
 // New wires the control plane from an open store and Redis client.
 func New(d Deps) (*ControlPlane, error) {
 	cfg := d.Config
-	creds, err := grpcCredentials(cfg)
+	creds, grpcCert, err := grpcCredentials(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +138,7 @@ func New(d Deps) (*ControlPlane, error) {
 		d.Clock = clock.System{}
 	}
 	st, log := d.Store, d.Log
-	c := &ControlPlane{cfg: cfg, log: log, Metrics: metrics.New(d.Registry)} // every metric, on the registry /metrics serves
+	c := &ControlPlane{cfg: cfg, log: log, Metrics: metrics.New(d.Registry), grpcCert: grpcCert} // every metric, on the registry /metrics serves
 	c.Mirror = newMirrorWriter(cfg, st, d.Redis, log, c.Metrics)
 	c.Ledger = ledger.New(ledger.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, Mirror: c.Mirror,
 		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
@@ -230,6 +234,12 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	var loops lifecycle.Group
 	mirrorLoop := loops.Go(ctx, "mirror maintenance", c.Mirror.Run)
 	ledgerLoop := loops.Go(ctx, "ledger", c.Ledger.Run)
+	if c.grpcCert != nil {
+		loops.Go(ctx, "internal API TLS reload", func(ctx context.Context) error {
+			c.grpcCert.Watch(ctx, tlsReload, c.log, "internal API TLS", nil)
+			return nil
+		})
+	}
 	if c.Retention != nil {
 		loops.Go(ctx, "retention", c.Retention.Run)
 	}

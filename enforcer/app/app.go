@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -121,13 +122,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 			}
 		}
 	}
-	creds, err := cfg.ControlPlaneTLS.Credentials() // parseConfig read the same files
-	if err != nil {
-		closeSpool()
-		rdb.Close()
-		return err
-	}
-	cc, err := cpclient.Dial(cfg.ControlPlaneAddr, cpclient.Options{Token: cfg.InternalToken, TLS: creds}, m)
+	cc, err := cpclient.Dial(cfg.ControlPlaneAddr, cpclient.Options{Token: cfg.InternalToken, TLS: cfg.controlPlaneTLS.Credentials()}, m)
 	if err != nil {
 		closeSpool()
 		rdb.Close()
@@ -232,8 +227,10 @@ func New(d Deps) *Enforcer {
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
 	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, spool: d.Spool, Metrics: m}
-	// parseConfig read the same files: no error here.
-	tlsConfig, _ := cfg.ControlPlaneTLS.Config()
+	var tlsConfig *tls.Config // parseConfig loaded the files
+	if cfg.controlPlaneTLS != nil {
+		tlsConfig = cfg.controlPlaneTLS.Config
+	}
 	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{TLS: tlsConfig}, log)
 	cp := e.ControlPlane
 	// settleq takes a zero field for its default and a negative one for none (send at
@@ -415,6 +412,12 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	if e.spool != nil {
 		loops.Go(ctx, "settle spool sync", e.spool.Run)
 	}
+	if t := e.cfg.controlPlaneTLS; t != nil && t.ClientCert != nil {
+		loops.Go(ctx, "control plane TLS reload", func(ctx context.Context) error {
+			t.ClientCert.Watch(ctx, tlsReload, e.log, "control plane TLS client certificate", nil)
+			return nil
+		})
+	}
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
 		ErrorLog: logging.ServerLog(e.log, "http")}
@@ -425,7 +428,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		gwSrv = newGatewayServer(e.Gateway, e.cfg.GatewayTLS, e.log)
 		if pair := e.cfg.GatewayTLS; pair != nil {
 			loops.Go(ctx, "gateway TLS reload", func(ctx context.Context) error {
-				pair.Watch(ctx, gatewayTLSReload, e.log, "gateway TLS", e.Metrics.GatewayTLSLoaded)
+				pair.Watch(ctx, tlsReload, e.log, "gateway TLS", e.Metrics.GatewayTLSLoaded)
 				return nil
 			})
 			go func() { errc <- listen.IgnoreClosed(gwSrv.ServeTLS(lns.Gateway, "", "")) }()

@@ -52,6 +52,9 @@ type Config struct {
 	// (TOLLGATE_CONTROLPLANE_TLS_CA, _CERT, _KEY, _SERVER_NAME). Any of them turns TLS
 	// on; none keeps the connection plaintext (loopback, or a mesh that encrypts).
 	ControlPlaneTLS cpclient.TLSFiles
+	// controlPlaneTLS is ControlPlaneTLS loaded (by parseConfig; nil: plaintext), its
+	// client certificate read again every 10 seconds while the enforcer serves.
+	controlPlaneTLS *cpclient.TLS
 	// InternalToken is the shared secret presented to the control plane and accepted
 	// on /settle from non-loopback callers (TOLLGATE_INTERNAL_TOKEN).
 	InternalToken string
@@ -144,7 +147,7 @@ type Config struct {
 	GatewayAddr string
 	Gateway     gateway.Config
 	// GatewayTLS is the gateway's certificate (TOLLGATE_GATEWAY_TLS_CERT and _KEY),
-	// read again every gatewayTLSReload; nil: the gateway serves plain HTTP and h2c.
+	// read again every tlsReload; nil: the gateway serves plain HTTP and h2c.
 	GatewayTLS *tlsreload.Pair
 }
 
@@ -284,6 +287,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	c.Redis.Finish()
 	c.ShutdownDelay = lifecycle.FitDefaultDelay(c.ShutdownDelay, c.ShutdownTimeout, lifecycle.ShutdownDelaySet(fs, getenv))
 	problems = append(problems, c.validate()...)
+	// The files are read now, so a missing or unreadable one is reported with the rest
+	// rather than as a failing connection later.
+	if loaded, err := c.ControlPlaneTLS.Load(); err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		c.controlPlaneTLS = loaded
+	}
 	if len(problems) > 0 {
 		return c, errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))
 	}
@@ -338,11 +348,6 @@ func (c Config) validate() []string {
 	p = append(p, listen.Validate(append(c.listenAddrs(), listen.Addr{Env: "TOLLGATE_CONTROLPLANE_ADDR", Addr: c.ControlPlaneAddr})...)...)
 	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
 		p = append(p, problem)
-	}
-	// The files are read now, so a missing or unreadable one is reported with the rest
-	// rather than as a failing connection later.
-	if _, err := c.ControlPlaneTLS.Credentials(); err != nil {
-		p = append(p, err.Error())
 	}
 	if c.FailureMode != "closed" && c.FailureMode != "open" {
 		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")

@@ -132,9 +132,8 @@ func TestControlPlaneTLSConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			creds, err := c.ControlPlaneTLS.Credentials()
-			if err != nil || (creds != nil) != tc.tls {
-				t.Fatalf("credentials %v, %v; want TLS %v", creds, err, tc.tls)
+			if creds := c.controlPlaneTLS.Credentials(); (creds != nil) != tc.tls {
+				t.Fatalf("credentials %v; want TLS %v", creds, tc.tls)
 			}
 		})
 	}

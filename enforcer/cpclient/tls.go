@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
 
 // TLSFiles name the PEM files that secure the connection to the control plane's
@@ -31,22 +33,28 @@ func (f TLSFiles) Enabled() bool {
 	return f.CA != "" || f.Cert != "" || f.Key != "" || f.ServerName != ""
 }
 
-// Credentials reads the files and builds the transport credentials, or says which
-// setting is wrong. Nil without error when TLS is not configured (plaintext).
-//
-// Files are read once, at start: a rotated certificate takes effect on restart (the
-// chart's Secret mounts change, the rollout restarts the pods).
-func (f TLSFiles) Credentials() (credentials.TransportCredentials, error) {
-	cfg, err := f.Config()
-	if cfg == nil || err != nil {
-		return nil, err
-	}
-	return credentials.NewTLS(cfg), nil
+// TLS is the loaded configuration of the connection to the control plane: Config for
+// the gRPC credentials and the health probe alike, and ClientCert, this enforcer's
+// certificate for mTLS (nil without one), which Config presents at every handshake and
+// which the enforcer reads again every 10 seconds (ClientCert.Watch), so that a renewed
+// Secret is presented from the next connection without a restart. The CA bundle is read
+// once, at start: a new CA takes a restart.
+type TLS struct {
+	Config     *tls.Config
+	ClientCert *tlsreload.Pair
 }
 
-// Config reads the files and builds the TLS configuration Credentials uses, or says
-// which setting is wrong. Nil without error when TLS is not configured.
-func (f TLSFiles) Config() (*tls.Config, error) {
+// Credentials are the gRPC transport credentials of t; nil (plaintext) when t is nil.
+func (t *TLS) Credentials() credentials.TransportCredentials {
+	if t == nil {
+		return nil
+	}
+	return credentials.NewTLS(t.Config)
+}
+
+// Load reads the files and builds the connection's TLS, or says which setting is wrong.
+// Nil without error when TLS is not configured (plaintext).
+func (f TLSFiles) Load() (*TLS, error) {
 	if !f.Enabled() {
 		return nil, nil
 	}
@@ -65,12 +73,14 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 	if (f.Cert == "") != (f.Key == "") {
 		return nil, errors.New("TOLLGATE_CONTROLPLANE_TLS_CERT and TOLLGATE_CONTROLPLANE_TLS_KEY: set both or neither")
 	}
+	t := &TLS{Config: cfg}
 	if f.Cert != "" {
-		pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		pair, err := tlsreload.Load(f.Cert, f.Key)
 		if err != nil {
 			return nil, fmt.Errorf("TOLLGATE_CONTROLPLANE_TLS_CERT/KEY: %w", err)
 		}
-		cfg.Certificates = []tls.Certificate{pair}
+		t.ClientCert = pair
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.GetCertificate(nil) }
 	}
-	return cfg, nil
+	return t, nil
 }
