@@ -23,13 +23,10 @@ import (
 // promtool would otherwise compare word for word; their expressions, durations and
 // labels are the file's. CI installs promtool (.ci/run), so there it must run.
 func TestGatewayAlertsFire(t *testing.T) {
-	tool := promtool(t)
 	rules := alertRules(t, func(group, _ string) bool { return group == "tollgate-gateway" })
 	if len(rules) != 5 {
 		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing, TollgateGatewayCredentialRejected and TollgateGatewayNoCredential, and TestGatewayCertificateAlertFires TollgateGatewayCertificateExpiring", len(rules))
 	}
-	dir := t.TempDir()
-	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "gateway", "rules": rules}}})
 
 	series := func(instance, outcome, values string) map[string]string {
 		return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
@@ -39,40 +36,27 @@ func TestGatewayAlertsFire(t *testing.T) {
 		return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
 			"values": values}
 	}
-	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
-		"rule_files":          []string{"rules.yaml"},
-		"evaluation_interval": "1m",
-		"tests": []any{map[string]any{
-			"interval": "1m",
-			"input_series": []any{
-				series("enf-1", "busy", "0+60x30"), series("enf-1", "proxied", "0+600x30"), series("enf-1", "upstream_error", "0+60x30"),
-				series("enf-2", "busy", "0x30"), series("enf-2", "proxied", "0+600x30"), series("enf-2", "upstream_timeout", "0+6x30"),
-				series("enf-1", "no_credential", "0x30"), series("enf-2", "no_credential", "0x10 0+30x20"),
-				answers("enf-1", "2xx", "0+600x30"), answers("enf-1", "401", "0x30"), answers("enf-1", "529", "0x30"),
-				answers("enf-2", "2xx", "0+600x10 6000+100x20"), answers("enf-2", "401", "0x10 0+500x20"), answers("enf-2", "529", "0x30"),
-				series("enf-3", "busy", "0x30"), series("enf-3", "decode_busy", "0+30x30"), series("enf-3", "proxied", "0+600x30"),
-				series("enf-3", "no_credential", "0x30"), series("enf-3", "upstream_error", "0x30"), series("enf-3", "upstream_timeout", "0x30"),
-				answers("enf-3", "2xx", "0+540x30"), answers("enf-3", "401", "0x30"), answers("enf-3", "529", "0+60x30"),
-			},
-			"alert_rule_test": []any{
-				firing("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
-				firing("12m", "TollgateGatewayBusy", "critical", "enf-1", "enf-3"),
-				firing("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
-				firing("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-3"),
-				firing("9m", "TollgateGatewayCredentialRejected", "critical"),
-				firing("17m", "TollgateGatewayCredentialRejected", "critical"), // above half from 14m, pending: for 5m
-				firing("20m", "TollgateGatewayCredentialRejected", "critical", "enf-2"),
-				firing("9m", "TollgateGatewayNoCredential", "critical"),
-				firing("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
-				firing("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
-			},
-		}},
-	})
-	cmd := exec.Command(tool, "test", "rules", "test.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	promtoolTest(t, rules, "1m", []any{
+		series("enf-1", "busy", "0+60x30"), series("enf-1", "proxied", "0+600x30"), series("enf-1", "upstream_error", "0+60x30"),
+		series("enf-2", "busy", "0x30"), series("enf-2", "proxied", "0+600x30"), series("enf-2", "upstream_timeout", "0+6x30"),
+		series("enf-1", "no_credential", "0x30"), series("enf-2", "no_credential", "0x10 0+30x20"),
+		answers("enf-1", "2xx", "0+600x30"), answers("enf-1", "401", "0x30"), answers("enf-1", "529", "0x30"),
+		answers("enf-2", "2xx", "0+600x10 6000+100x20"), answers("enf-2", "401", "0x10 0+500x20"), answers("enf-2", "529", "0x30"),
+		series("enf-3", "busy", "0x30"), series("enf-3", "decode_busy", "0+30x30"), series("enf-3", "proxied", "0+600x30"),
+		series("enf-3", "no_credential", "0x30"), series("enf-3", "upstream_error", "0x30"), series("enf-3", "upstream_timeout", "0x30"),
+		answers("enf-3", "2xx", "0+540x30"), answers("enf-3", "401", "0x30"), answers("enf-3", "529", "0+60x30"),
+	}, []any{
+		firing("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
+		firing("12m", "TollgateGatewayBusy", "critical", "enf-1", "enf-3"),
+		firing("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
+		firing("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-3"),
+		firing("9m", "TollgateGatewayCredentialRejected", "critical"),
+		firing("17m", "TollgateGatewayCredentialRejected", "critical"), // above half from 14m, pending: for 5m
+		firing("20m", "TollgateGatewayCredentialRejected", "critical", "enf-2"),
+		firing("9m", "TollgateGatewayNoCredential", "critical"),
+		firing("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
+		firing("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
+	}, "the gateway's alerts")
 }
 
 // TestGatewayCertificateAlertFires runs TollgateGatewayCertificateExpiring through
@@ -81,42 +65,26 @@ func TestGatewayAlertsFire(t *testing.T) {
 // at 0). enf-1's is within 7 days after a day and fires once its `for` has passed;
 // enf-2's never comes near; enf-3's 0 must not read as long expired.
 func TestGatewayCertificateAlertFires(t *testing.T) {
-	tool := promtool(t)
 	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateGatewayCertificateExpiring" })
 	if len(rules) != 1 {
 		t.Fatal("no TollgateGatewayCertificateExpiring")
 	}
-	dir := t.TempDir()
-	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
 	const day = 86400
 	expiry := func(instance, values string) map[string]string {
 		return map[string]string{"series": `tollgate_enforcer_gateway_tls_certificate_expiration_timestamp_seconds{instance="` + instance + `"}`,
 			"values": values}
 	}
 	// A sample a minute for 48 hours; promtool's clock starts at 0.
-	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
-		"rule_files":          []string{"rules.yaml"},
-		"evaluation_interval": "1m",
-		"tests": []any{map[string]any{
-			"interval": "1m",
-			"input_series": []any{
-				expiry("enf-1", fmt.Sprintf("%dx2880", 8*day)),
-				expiry("enf-2", fmt.Sprintf("%dx1200 %dx1680", 30*day, 90*day)),
-				expiry("enf-3", "0x2880"),
-			},
-			"alert_rule_test": []any{
-				firing("23h", "TollgateGatewayCertificateExpiring", "warning"),
-				firing("24h5m", "TollgateGatewayCertificateExpiring", "warning"), // within 7 days after 24h, pending: for 10m
-				firing("24h11m", "TollgateGatewayCertificateExpiring", "warning", "enf-1"),
-				firing("47h", "TollgateGatewayCertificateExpiring", "warning", "enf-1"),
-			},
-		}},
-	})
-	cmd := exec.Command(tool, "test", "rules", "test.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	promtoolTest(t, rules, "1m", []any{
+		expiry("enf-1", fmt.Sprintf("%dx2880", 8*day)),
+		expiry("enf-2", fmt.Sprintf("%dx1200 %dx1680", 30*day, 90*day)),
+		expiry("enf-3", "0x2880"),
+	}, []any{
+		firing("23h", "TollgateGatewayCertificateExpiring", "warning"),
+		firing("24h5m", "TollgateGatewayCertificateExpiring", "warning"), // within 7 days after 24h, pending: for 10m
+		firing("24h11m", "TollgateGatewayCertificateExpiring", "warning", "enf-1"),
+		firing("47h", "TollgateGatewayCertificateExpiring", "warning", "enf-1"),
+	}, "TollgateGatewayCertificateExpiring")
 }
 
 // TestPendingStartsAlertCountsEachStartOnce: tollgate_controlplane_accounting_pending_starts
@@ -129,7 +97,6 @@ func TestGatewayCertificateAlertFires(t *testing.T) {
 // 6350 over 70 minutes must not fire; 10500 growing to 10850 fires once its `for` has
 // passed, one alert reporting 10850.
 func TestPendingStartsAlertCountsEachStartOnce(t *testing.T) {
-	tool := promtool(t)
 	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgatePendingStartsGrowing" })
 	if len(rules) != 1 {
 		t.Fatal("no TollgatePendingStartsGrowing")
@@ -146,28 +113,13 @@ func TestPendingStartsAlertCountsEachStartOnce(t *testing.T) {
 		{"10500 growing", "10500+5x70", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
 			exp := []any{}
 			if tc.fires {
 				exp = append(exp, map[string]any{"exp_labels": rules[0].Labels})
 			}
-			writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
-				"rule_files":          []string{"rules.yaml"},
-				"evaluation_interval": "1m",
-				"tests": []any{map[string]any{
-					"interval":     "1m",
-					"input_series": []any{pending("cp-1:9090", tc.values), pending("cp-2:9090", tc.values)},
-					"alert_rule_test": []any{
-						map[string]any{"eval_time": "70m", "alertname": "TollgatePendingStartsGrowing", "exp_alerts": exp},
-					},
-				}},
-			})
-			cmd := exec.Command(tool, "test", "rules", "test.yaml")
-			cmd.Dir = dir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("two control planes each report %s pending starts (the database's count); want TollgatePendingStartsGrowing (> 10000) firing: %v:\n%s", tc.values, tc.fires, out)
-			}
+			promtoolTest(t, rules, "1m", []any{pending("cp-1:9090", tc.values), pending("cp-2:9090", tc.values)},
+				[]any{map[string]any{"eval_time": "70m", "alertname": "TollgatePendingStartsGrowing", "exp_alerts": exp}},
+				fmt.Sprintf("two control planes each report %s pending starts (the database's count); want TollgatePendingStartsGrowing (> 10000) firing: %v", tc.values, tc.fires))
 		})
 	}
 }
@@ -179,13 +131,10 @@ func TestPendingStartsAlertCountsEachStartOnce(t *testing.T) {
 // minutes of its evictions fill the rate's window and its `for` has passed, for no
 // one before, and never for the others.
 func TestMemberCapacityAlertFiresOnSteadyEvictions(t *testing.T) {
-	tool := promtool(t)
 	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateMemberCapacityLow" })
 	if len(rules) != 1 {
 		t.Fatal("no TollgateMemberCapacityLow")
 	}
-	dir := t.TempDir()
-	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
 	evictions := func(instance, cache, values string) map[string]string {
 		return map[string]string{"series": `tollgate_enforcer_member_cache_evictions_total{instance="` + instance + `",cache="` + cache + `"}`,
 			"values": values}
@@ -193,25 +142,35 @@ func TestMemberCapacityAlertFiresOnSteadyEvictions(t *testing.T) {
 	fires := func(at string, instances ...string) map[string]any {
 		return firing(at, "TollgateMemberCapacityLow", "warning", instances...)
 	}
+	promtoolTest(t, rules, "1m", []any{
+		evictions("enf-1", "identities", "0x5 0+120x55"), evictions("enf-1", "records", "0x60"),
+		evictions("enf-2", "identities", "0+3x60"), evictions("enf-3", "identities", "0x60"),
+		evictions("enf-3", "records", "0+600x60"), evictions("enf-3", "blocks", "0+60x60"),
+	},
+		// 2/s over part of the 15-minute window passes 0.1/s within a minute of the
+		// 5th; the alert is pending for 15 minutes from then.
+		[]any{fires("15m"), fires("19m"), fires("22m", "enf-1"), fires("60m", "enf-1")},
+		"TollgateMemberCapacityLow did not fire as expected")
+}
+
+// promtoolTest runs rules through `promtool test rules` in one test whose input series
+// are sampled every interval and evaluated every minute: series, and the alerts
+// expected (firing's) at evaluation times. On a failure it fails t with what and
+// promtool's output.
+func promtoolTest(t *testing.T, rules []testedRule, interval string, series, expected []any, what string) {
+	t.Helper()
+	tool := promtool(t)
+	dir := t.TempDir()
+	writeYAML(t, filepath.Join(dir, "rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "g", "rules": rules}}})
 	writeYAML(t, filepath.Join(dir, "test.yaml"), map[string]any{
 		"rule_files":          []string{"rules.yaml"},
 		"evaluation_interval": "1m",
-		"tests": []any{map[string]any{
-			"interval": "1m",
-			"input_series": []any{
-				evictions("enf-1", "identities", "0x5 0+120x55"), evictions("enf-1", "records", "0x60"),
-				evictions("enf-2", "identities", "0+3x60"), evictions("enf-3", "identities", "0x60"),
-				evictions("enf-3", "records", "0+600x60"), evictions("enf-3", "blocks", "0+60x60"),
-			},
-			// 2/s over part of the 15-minute window passes 0.1/s within a minute of
-			// the 5th; the alert is pending for 15 minutes from then.
-			"alert_rule_test": []any{fires("15m"), fires("19m"), fires("22m", "enf-1"), fires("60m", "enf-1")},
-		}},
+		"tests":               []any{map[string]any{"interval": interval, "input_series": series, "alert_rule_test": expected}},
 	})
 	cmd := exec.Command(tool, "test", "rules", "test.yaml")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("TollgateMemberCapacityLow did not fire as expected: %v:\n%s", err, out)
+		t.Fatalf("%s: promtool test rules: %v\n%s", what, err, out)
 	}
 }
 
