@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -46,11 +45,8 @@ func TestGatewayServesTLS(t *testing.T) {
 	firstLeaf := leafOf(t, served)
 
 	var next fakellm.Usage
-	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: func(fakellm.Call) fakellm.Usage { return next }}
-	up := &hangingUpstream{fake: fake, cancelled: make(chan string, 1)}
-	upSrv := httptest.NewServer(up)
-	t.Cleanup(upSrv.Close)
-	env := gatewayEnv(upSrv.URL)
+	fake, up, upURL := goSDKUpstream(t, &next)
+	env := gatewayEnv(upURL)
 	env["TOLLGATE_GATEWAY_TLS_CERT"], env["TOLLGATE_GATEWAY_TLS_KEY"] = served.CertFile, served.KeyFile
 	s := startStack(t, env)
 	if !strings.HasPrefix(s.gateway, "https://") {

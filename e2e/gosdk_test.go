@@ -114,14 +114,11 @@ func TestGoSDKs(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
 	var next fakellm.Usage
-	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: func(fakellm.Call) fakellm.Usage { return next }}
-	up := &hangingUpstream{fake: fake, cancelled: make(chan string, 1)}
-	upSrv := httptest.NewServer(up)
-	t.Cleanup(upSrv.Close)
-	env := gatewayEnv(upSrv.URL)
+	fake, up, upURL := goSDKUpstream(t, &next)
+	env := gatewayEnv(upURL)
 	env["TOLLGATE_UPSTREAM_AUTHORIZATION"] = providerAuthorization // Envoy's route (envoy.yaml)
 	s := startStack(t, env)
-	proxy, envoyURL := s.deployedEnvoy(t, upSrv.URL)
+	proxy, envoyURL := s.deployedEnvoy(t, upURL)
 
 	g := &goSDKRun{s: s, fake: fake, up: up, next: &next}
 	gatewayRequests := func(t *testing.T) float64 { return s.metric(t, "tollgate_enforcer_gateway_requests_total") }
@@ -152,6 +149,17 @@ func TestGoSDKs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goSDKUpstream is TestGoSDKs' fake provider (the usage it reports is *next), behind
+// hangingUpstream, served on loopback until the test ends; it returns the server's URL.
+func goSDKUpstream(t *testing.T, next *fakellm.Usage) (*fakellm.Server, *hangingUpstream, string) {
+	t.Helper()
+	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"}, Usage: func(fakellm.Call) fakellm.Usage { return *next }}
+	up := &hangingUpstream{fake: fake, cancelled: make(chan string, 1)}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	return fake, up, srv.URL
 }
 
 // protoCountingClient is an HTTP client for the SDKs that speaks only h2c (HTTP/2 with

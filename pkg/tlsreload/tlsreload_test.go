@@ -60,6 +60,30 @@ func issue(t *testing.T, ca *testtls.CA) (testtls.Pair, *x509.Certificate) {
 	return own, c.Leaf
 }
 
+// renewal is a test's listener: the files it serves (the first of two pairs of one CA
+// in them, loaded as pair) and the second pair, to renew them with.
+type renewal struct {
+	ca                    *testtls.CA
+	served                served
+	pair                  *tlsreload.Pair
+	second                testtls.Pair
+	firstLeaf, secondLeaf *x509.Certificate
+}
+
+func newRenewal(t *testing.T) renewal {
+	t.Helper()
+	r := renewal{ca: testtls.NewCA(t, "test CA"), served: newServed(t)}
+	var first testtls.Pair
+	first, r.firstLeaf = issue(t, r.ca)
+	r.second, r.secondLeaf = issue(t, r.ca)
+	r.served.put(t, first)
+	var err error
+	if r.pair, err = tlsreload.Load(r.served.cert, r.served.key); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // handshakeSerial dials a TLS listener served by pair and returns the serial of the
 // certificate the handshake presented.
 func handshakeSerial(t *testing.T, pair *tlsreload.Pair, ca *testtls.CA) string {
@@ -117,15 +141,8 @@ func TestLoadRefusesWhatCannotBeServed(t *testing.T) {
 }
 
 func TestReloadServesARenewalFromTheNextHandshake(t *testing.T) {
-	ca := testtls.NewCA(t, "test CA")
-	first, firstLeaf := issue(t, ca)
-	second, secondLeaf := issue(t, ca)
-	s := newServed(t)
-	s.put(t, first)
-	pair, err := tlsreload.Load(s.cert, s.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRenewal(t)
+	ca, s, pair, second, firstLeaf, secondLeaf := r.ca, r.served, r.pair, r.second, r.firstLeaf, r.secondLeaf
 	if got := handshakeSerial(t, pair, ca); got != firstLeaf.SerialNumber.String() {
 		t.Fatalf("served serial %s, want the first pair's %s", got, firstLeaf.SerialNumber)
 	}
@@ -146,15 +163,8 @@ func TestReloadServesARenewalFromTheNextHandshake(t *testing.T) {
 }
 
 func TestABrokenRenewalKeepsThePairBefore(t *testing.T) {
-	ca := testtls.NewCA(t, "test CA")
-	first, firstLeaf := issue(t, ca)
-	second, secondLeaf := issue(t, ca)
-	s := newServed(t)
-	s.put(t, first)
-	pair, err := tlsreload.Load(s.cert, s.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRenewal(t)
+	ca, s, pair, second, firstLeaf, secondLeaf := r.ca, r.served, r.pair, r.second, r.firstLeaf, r.secondLeaf
 	// Half a renewal: the new certificate, the old key.
 	copyFile(t, second.CertFile, s.cert)
 	if changed, err := pair.Reload(); changed || err == nil || !strings.Contains(err.Error(), "does not match") {
@@ -184,15 +194,8 @@ func TestABrokenRenewalKeepsThePairBefore(t *testing.T) {
 }
 
 func TestWatchReloadsAndReportsABrokenRenewalOnce(t *testing.T) {
-	ca := testtls.NewCA(t, "test CA")
-	first, firstLeaf := issue(t, ca)
-	second, secondLeaf := issue(t, ca)
-	s := newServed(t)
-	s.put(t, first)
-	pair, err := tlsreload.Load(s.cert, s.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRenewal(t)
+	ca, s, pair, second, firstLeaf, secondLeaf := r.ca, r.served, r.pair, r.second, r.firstLeaf, r.secondLeaf
 	logs := &testio.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	loaded := make(chan string, 10)
