@@ -1,19 +1,12 @@
 package charttest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testtls"
 )
 
 // TestGatewayTLS: enforcer.gateway.tls.secretName serves the inference gateway over
@@ -131,8 +124,8 @@ func TestGatewayTLS(t *testing.T) {
 				return strings.HasPrefix(line, "TOLLGATE_GATEWAY_TLS_") || strings.HasPrefix(line, "TOLLGATE_GATEWAY_ADDR")
 			}
 			env := programEnv(c)
-			certFile, keyFile := certificatePair(t)
-			env["TOLLGATE_GATEWAY_TLS_CERT"], env["TOLLGATE_GATEWAY_TLS_KEY"] = certFile, keyFile
+			pair := testtls.NewCA(t, "chart test CA").Server(t)
+			env["TOLLGATE_GATEWAY_TLS_CERT"], env["TOLLGATE_GATEWAY_TLS_KEY"] = pair.CertFile, pair.KeyFile
 			if p := programProblemsWhere(t, "enforcer", env, gatewayProblem); len(p) != 0 {
 				t.Errorf("the enforcer refuses the rendered environment:\n%s", strings.Join(p, "\n"))
 			}
@@ -142,40 +135,4 @@ func TestGatewayTLS(t *testing.T) {
 			}
 		})
 	}
-}
-
-// certificatePair writes a self-signed certificate for localhost and its key, as
-// cert-manager writes tls.crt and tls.key (PEM), and returns their paths.
-func certificatePair(t *testing.T) (certFile, keyFile string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
