@@ -126,8 +126,8 @@ const tlsReload = 10 * time.Second
 // HTTP/2 with prior knowledge (h2c), which a proxy or a mesh sidecar may use to multiplex
 // its requests over one connection. With pair it speaks HTTPS only, HTTP/2 or HTTP/1.1 as
 // the client's ALPN asks (a WebSocket, OpenAI's Realtime API, takes HTTP/1.1: the server
-// does not offer WebSockets over HTTP/2), TLS 1.2 at least, with the certificate pair
-// serves at the handshake's time. It has no write or read timeout: a response streams
+// does not offer WebSockets over HTTP/2), TLS 1.2 at least, each handshake with the
+// certificate pair holds then. It has no write or read timeout: a response streams
 // as long as the upstream sends (the gateway's idle timeout cuts silent ones).
 func newGatewayServer(h http.Handler, pair *tlsreload.Pair, log *slog.Logger) *http.Server {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
