@@ -87,6 +87,39 @@ func TestGatewayCertificateAlertFires(t *testing.T) {
 	}, "TollgateGatewayCertificateExpiring")
 }
 
+// TestInternalCertificateAlertFires runs TollgateInternalCertificateExpiring through
+// `promtool test rules`: a control plane's certificate that expires in 8 days, an
+// enforcer's client certificate of 30 days, and an enforcer without mTLS (its gauge at
+// 0). The control plane's fires after a day and its `for`, with its job; the others
+// never.
+func TestInternalCertificateAlertFires(t *testing.T) {
+	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateInternalCertificateExpiring" })
+	if len(rules) != 1 {
+		t.Fatal("no TollgateInternalCertificateExpiring")
+	}
+	const day = 86400
+	series := func(metric, job, instance, values string) map[string]string {
+		return map[string]string{"series": metric + `{job="` + job + `",instance="` + instance + `"}`, "values": values}
+	}
+	expiring := func(at string, jobInstances ...string) map[string]any {
+		exp := []any{}
+		for i := 0; i < len(jobInstances); i += 2 {
+			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "job": jobInstances[i], "instance": jobInstances[i+1]}})
+		}
+		return map[string]any{"eval_time": at, "alertname": "TollgateInternalCertificateExpiring", "exp_alerts": exp}
+	}
+	promtoolTest(t, rules, "1m", []any{
+		series("tollgate_controlplane_grpc_tls_certificate_expiration_timestamp_seconds", "controlplane", "cp-1", fmt.Sprintf("%dx2880", 8*day)),
+		series("tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds", "enforcer", "enf-1", fmt.Sprintf("%dx2880", 30*day)),
+		series("tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds", "enforcer", "enf-2", "0x2880"),
+	}, []any{
+		expiring("23h"),
+		expiring("24h5m"), // within 7 days after 24h, pending: for 10m
+		expiring("24h11m", "controlplane", "cp-1"),
+		expiring("47h", "controlplane", "cp-1"),
+	}, "TollgateInternalCertificateExpiring")
+}
+
 // TestPendingStartsAlertCountsEachStartOnce: tollgate_controlplane_accounting_pending_starts
 // is the count of durable starts not yet settled in the whole database
 // (store.CountPendingStarts, refreshed by every control plane's mirror maintenance), so

@@ -85,11 +85,20 @@ func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
 		if !strings.Contains(s.cpLogs.String(), "internal API TLS: renewed certificate loaded") {
 			t.Errorf("no log line for the renewal:\n%s", s.cpLogs.String())
 		}
+		const expiry = "tollgate_controlplane_grpc_tls_certificate_expiration_timestamp_seconds"
+		wantExpiry := float64(leafOf(t, renewed).NotAfter.Unix())
+		waitFor(t, 5*time.Second, expiry+" to follow the renewal", func() bool {
+			return metricAt(t, "http://"+cp["admin"], expiry) == wantExpiry
+		})
 	})
 	t.Run("the right CA and a client certificate", func(t *testing.T) {
 		t.Parallel()
 		admin, _ := startEnforcer(t, s, grpcAddr, internalToken, tlsEnv(ca.CertFile, client, "", "closed"))
 		readyWithin(t, admin, http.StatusOK, "ok\n")
+		const expiry = "tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds"
+		if got, want := metricAt(t, admin, expiry), float64(leafOf(t, client).NotAfter.Unix()); got != want {
+			t.Errorf("%s %v, want the client certificate's expiry %v", expiry, got, want)
+		}
 	})
 	t.Run("by the certificate's name", func(t *testing.T) {
 		t.Parallel()

@@ -236,7 +236,7 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	ledgerLoop := loops.Go(ctx, "ledger", c.Ledger.Run)
 	if c.grpcCert != nil {
 		loops.Go(ctx, "internal API TLS reload", func(ctx context.Context) error {
-			c.grpcCert.Watch(ctx, tlsReload, c.log, "internal API TLS", nil)
+			c.grpcCert.Watch(ctx, tlsReload, c.log, "internal API TLS", c.Metrics.GRPCTLSLoaded)
 			return nil
 		})
 	}

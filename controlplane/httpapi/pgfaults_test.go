@@ -134,9 +134,10 @@ func TestWriteKilledMidTransaction(t *testing.T) {
 // lasted; reads the same.
 func TestLockWaitEndsAtTheRequestDeadline(t *testing.T) {
 	t.Parallel()
-	e := apitest.NewWith(t, apitest.Options{RequestTimeout: 500 * time.Millisecond})
-	o := e.NewOrg(t, "Acme")
-	p := dayPolicy(t, e, o, "Daily", "1", nil)
+	setup := apitest.New(t)
+	o := setup.NewOrg(t, "Acme")
+	p := dayPolicy(t, setup, o, "Daily", "1", nil)
+	e := setup.Bounded(t, 500*time.Millisecond)
 	observer := storetest.Conn(t, e.Store)
 	table := func(name string) string { return `LOCK TABLE ` + name + ` IN ACCESS EXCLUSIVE MODE` }
 	for _, tc := range []struct {
@@ -170,8 +171,9 @@ func TestLockWaitEndsAtTheRequestDeadline(t *testing.T) {
 // need no database still answer, and once connections are free again so does the API.
 func TestExhaustedPoolAnswers503(t *testing.T) {
 	t.Parallel()
-	e := apitest.NewWith(t, apitest.Options{RequestTimeout: 500 * time.Millisecond})
-	o := e.NewOrg(t, "Acme")
+	setup := apitest.New(t)
+	o := setup.NewOrg(t, "Acme")
+	e := setup.Bounded(t, 500*time.Millisecond)
 	release := storetest.Exhaust(t, e.Store)
 	for _, tc := range []struct{ method, path, code string }{
 		{"GET", "/v1/me", "service_unavailable"},

@@ -16,6 +16,7 @@
 package metrics
 
 import (
+	"crypto/x509"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,9 @@ type Metrics struct {
 	// applied itself, when their request's settlement with its snapshot created the
 	// event (docs/accounting.md, "A report without a snapshot that came first").
 	QuarantineApplied prometheus.Counter
+	// GRPCTLSExpiry is when the internal API's certificate (TOLLGATE_GRPC_TLS_CERT)
+	// expires, its Unix time; 0 without TLS. Set at each load (GRPCTLSLoaded).
+	GRPCTLSExpiry prometheus.Gauge
 
 	pending atomic.Int64
 	// restDB reads the REST API's share of the database pool (ObserveRESTDatabase).
@@ -166,6 +170,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Quarantined settlements charged by reviewed reconciliation."}),
 		QuarantineApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_quarantine_applied_total",
 			Help: "Settlements quarantined without a snapshot, applied by the ledger when their request's settlement with its snapshot created the event."}),
+		GRPCTLSExpiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_controlplane_grpc_tls_certificate_expiration_timestamp_seconds",
+			Help: "When the internal API's certificate (TOLLGATE_GRPC_TLS_CERT) expires, in Unix seconds; 0 without TLS. It moves when a renewal is loaded (the files are read every 10s; one that does not load is logged \"internal API TLS: the renewed certificate does not load\")."}),
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
 		Help: "Durable starts not yet settled in the whole database, across all members: the same on every control plane (aggregate with max, not sum); refreshed by each one's mirror maintenance."},
@@ -197,7 +203,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	)
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
 		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
-		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied)
+		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied, m.GRPCTLSExpiry)
 
 	precreate(m.Settlements, settleResults)
 	precreate(m.Starts, startResults)
@@ -248,4 +254,9 @@ func precreate(v *prometheus.CounterVec, values []string) {
 	for _, x := range values {
 		v.WithLabelValues(x)
 	}
+}
+
+// GRPCTLSLoaded records the expiry of the internal API's certificate served from now on.
+func (m *Metrics) GRPCTLSLoaded(leaf *x509.Certificate) {
+	m.GRPCTLSExpiry.Set(float64(leaf.NotAfter.Unix()))
 }

@@ -414,7 +414,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	}
 	if t := e.cfg.controlPlaneTLS; t != nil && t.ClientCert != nil {
 		loops.Go(ctx, "control plane TLS reload", func(ctx context.Context) error {
-			t.ClientCert.Watch(ctx, tlsReload, e.log, "control plane TLS client certificate", nil)
+			t.ClientCert.Watch(ctx, tlsReload, e.log, "control plane TLS client certificate", e.Metrics.ControlPlaneTLSLoaded)
 			return nil
 		})
 	}

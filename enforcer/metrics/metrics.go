@@ -107,6 +107,10 @@ type Metrics struct {
 	// GatewayTLSExpiry is when the certificate the gateway serves expires (its Unix
 	// time; 0 when the gateway serves no TLS), set at each load (GatewayTLSLoaded).
 	GatewayTLSExpiry prometheus.Gauge
+	// ControlPlaneTLSExpiry is when this enforcer's client certificate for the control
+	// plane (TOLLGATE_CONTROLPLANE_TLS_CERT) expires; 0 without one
+	// (ControlPlaneTLSLoaded).
+	ControlPlaneTLSExpiry prometheus.Gauge
 	// Reservations counts the in-flight guard's reservations by basis: worst_case (the
 	// request's own, from its body), or why the policy's amount was used instead
 	// (ReservationBases).
@@ -419,13 +423,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_gateway_tls_certificate_expiration_timestamp_seconds",
 			Help: "When the certificate the inference gateway serves (TOLLGATE_GATEWAY_TLS_CERT) expires, in Unix seconds; 0 when the gateway serves no TLS. It moves when a renewal is loaded (the files are read every 10s): one that stays near is a renewal that did not come or did not load (logged \"gateway TLS: the renewed certificate does not load\").",
 		}),
+		ControlPlaneTLSExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds",
+			Help: "When this enforcer's client certificate for the control plane (TOLLGATE_CONTROLPLANE_TLS_CERT, mTLS) expires, in Unix seconds; 0 without one. It moves when a renewal is loaded (the files are read every 10s; one that does not load is logged \"control plane TLS client certificate: the renewed certificate does not load\").",
+		}),
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.SpeculativeStarts, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
-		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry,
+		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry, m.ControlPlaneTLSExpiry,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges, m.MemberCapacity, m.MemberCacheEntries, m.MemberCacheEvictions)
 
 	for decision, reasons := range decisionReasons {
@@ -503,4 +511,10 @@ func Discard() *Metrics { return New(prometheus.NewRegistry()) }
 // GatewayTLSLoaded records the expiry of the certificate the gateway serves from now on.
 func (m *Metrics) GatewayTLSLoaded(leaf *x509.Certificate) {
 	m.GatewayTLSExpiry.Set(float64(leaf.NotAfter.Unix()))
+}
+
+// ControlPlaneTLSLoaded records the expiry of the client certificate presented to the
+// control plane from now on.
+func (m *Metrics) ControlPlaneTLSLoaded(leaf *x509.Certificate) {
+	m.ControlPlaneTLSExpiry.Set(float64(leaf.NotAfter.Unix()))
 }

@@ -68,9 +68,6 @@ type Options struct {
 	// TrustForwardedFor takes the client address from X-Forwarded-For, so that a test
 	// can speak from several addresses.
 	TrustForwardedFor bool
-	// RequestTimeout is the server's bound of a request (httpapi.Deps.RequestTimeout);
-	// 0: the server's default.
-	RequestTimeout time.Duration
 }
 
 // New starts the API on a fresh database.
@@ -82,7 +79,7 @@ func NewWith(t testing.TB, o Options) *Env {
 	st := storetest.New(t)
 	e := &Env{Store: st, Clock: clock.NewManual(Start), Registry: prometheus.NewRegistry(), Logs: &bytes.Buffer{}}
 	e.Server = httpapi.New(httpapi.Deps{Store: st, Clock: e.Clock, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: e.Logs}, nil)),
-		Registry: e.Registry, Events: o.Events, TrustForwardedFor: o.TrustForwardedFor, RequestTimeout: o.RequestTimeout})
+		Registry: e.Registry, Events: o.Events, TrustForwardedFor: o.TrustForwardedFor})
 	srv := httptest.NewServer(e.Server)
 	t.Cleanup(srv.Close)
 	e.URL = srv.URL
@@ -100,6 +97,22 @@ func NewWith(t testing.TB, o Options) *Env {
 	}
 	e.v = v
 	return e
+}
+
+// Bounded starts a second API on e's database and clock whose requests are bounded by
+// timeout (httpapi.Deps.RequestTimeout), with a registry and logs of its own. A test of
+// the request deadline sets its organization up through e, whose requests have the
+// default bound, and sends only the requests under test to the bounded API: on a loaded
+// machine a sign-up alone can take longer than a short bound.
+func (e *Env) Bounded(t testing.TB, timeout time.Duration) *Env {
+	t.Helper()
+	b := &Env{Store: e.Store, Clock: e.Clock, Registry: prometheus.NewRegistry(), Logs: &bytes.Buffer{}, v: e.v}
+	b.Server = httpapi.New(httpapi.Deps{Store: b.Store, Clock: b.Clock, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: b.Logs}, nil)),
+		Registry: b.Registry, RequestTimeout: timeout})
+	srv := httptest.NewServer(b.Server)
+	t.Cleanup(srv.Close)
+	b.URL = srv.URL
+	return b
 }
 
 type lockedWriter struct {
