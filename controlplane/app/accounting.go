@@ -45,7 +45,7 @@ func newRedis(c Config) (redis.UniversalClient, error) {
 // grpcCredentials are the internal API's transport credentials: nil for plaintext
 // (loopback, or a mesh that encrypts), TLS with the configured pair, and mTLS when a
 // client CA is configured. The pair (nil for plaintext) is presented at every
-// handshake as last loaded: Serve reads its files again every tlsReload, so a renewed
+// handshake as last loaded: Serve reads its files again every tlsreload.Interval, so a renewed
 // Secret is served without a restart. The client CA is read once, at start.
 func grpcCredentials(c Config) (credentials.TransportCredentials, *tlsreload.Pair, error) {
 	if c.GRPCTLSCert == "" {
@@ -69,10 +69,6 @@ func grpcCredentials(c Config) (credentials.TransportCredentials, *tlsreload.Pai
 	}
 	return credentials.NewTLS(cfg), pair, nil
 }
-
-// tlsReload is how often the internal API's certificate files are read again: the
-// kubelet brings a renewed Secret into the mounted directory within about a minute.
-const tlsReload = 10 * time.Second
 
 // resync rebuilds the Redis mirror once: a new generation, then every mirrored member's
 // record from Postgres.

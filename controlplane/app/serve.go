@@ -101,7 +101,7 @@ type ControlPlane struct {
 	cfg Config
 	log *slog.Logger
 	// grpcCert is the internal API's certificate (nil: plaintext), read again every
-	// tlsReload while Serve runs.
+	// tlsreload.Interval while Serve runs.
 	grpcCert *tlsreload.Pair
 
 	Metrics *metrics.Metrics
@@ -236,7 +236,7 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	ledgerLoop := loops.Go(ctx, "ledger", c.Ledger.Run)
 	if c.grpcCert != nil {
 		loops.Go(ctx, "internal API TLS reload", func(ctx context.Context) error {
-			c.grpcCert.Watch(ctx, tlsReload, c.log, "internal API TLS", c.Metrics.GRPCTLSLoaded)
+			c.grpcCert.Watch(ctx, tlsreload.Interval, c.log, "internal API TLS", c.Metrics.GRPCTLSLoaded)
 			return nil
 		})
 	}

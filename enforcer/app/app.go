@@ -55,6 +55,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
 
 // IO is what the program reads and writes.
@@ -414,7 +415,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	}
 	if t := e.cfg.controlPlaneTLS; t != nil && t.ClientCert != nil {
 		loops.Go(ctx, "control plane TLS reload", func(ctx context.Context) error {
-			t.ClientCert.Watch(ctx, tlsReload, e.log, "control plane TLS client certificate", e.Metrics.ControlPlaneTLSLoaded)
+			t.ClientCert.Watch(ctx, tlsreload.Interval, e.log, "control plane TLS client certificate", e.Metrics.ControlPlaneTLSLoaded)
 			return nil
 		})
 	}
@@ -428,7 +429,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 		gwSrv = newGatewayServer(e.Gateway, e.cfg.GatewayTLS, e.log)
 		if pair := e.cfg.GatewayTLS; pair != nil {
 			loops.Go(ctx, "gateway TLS reload", func(ctx context.Context) error {
-				pair.Watch(ctx, tlsReload, e.log, "gateway TLS", e.Metrics.GatewayTLSLoaded)
+				pair.Watch(ctx, tlsreload.Interval, e.log, "gateway TLS", e.Metrics.GatewayTLSLoaded)
 				return nil
 			})
 			go func() { errc <- listen.IgnoreClosed(gwSrv.ServeTLS(lns.Gateway, "", "")) }()

@@ -147,7 +147,7 @@ type Config struct {
 	GatewayAddr string
 	Gateway     gateway.Config
 	// GatewayTLS is the gateway's certificate (TOLLGATE_GATEWAY_TLS_CERT and _KEY),
-	// read again every tlsReload; nil: the gateway serves plain HTTP and h2c.
+	// read again every tlsreload.Interval; nil: the gateway serves plain HTTP and h2c.
 	GatewayTLS *tlsreload.Pair
 }
 

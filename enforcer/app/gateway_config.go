@@ -116,12 +116,6 @@ func hasPrefix(rs []gateway.Route, prefix string) bool {
 	return false
 }
 
-// tlsReload is how often the enforcer reads its certificate files again (the gateway's,
-// and its client certificate for the control plane): a renewed Secret (the kubelet
-// updates a mounted one within about a minute) is presented from the next handshake
-// after it, without a restart.
-const tlsReload = 10 * time.Second
-
 // newGatewayServer is the gateway's HTTP server. Without TLS it speaks HTTP/1.1 and
 // HTTP/2 with prior knowledge (h2c), which a proxy or a mesh sidecar may use to multiplex
 // its requests over one connection. With pair it speaks HTTPS only, HTTP/2 or HTTP/1.1 as

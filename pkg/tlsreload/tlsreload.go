@@ -29,6 +29,11 @@ import (
 	"time"
 )
 
+// Interval is how often the programs Watch their certificate files: the kubelet brings
+// a renewed Secret into a mounted directory within about a minute, so a renewal is
+// served at most 10 seconds after it lands.
+const Interval = 10 * time.Second
+
 // Pair is a certificate and its key, read from two PEM files. Its GetCertificate is a
 // tls.Config's.
 type Pair struct {
