@@ -3,11 +3,8 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,32 +39,45 @@ func newRedis(c Config) (redis.UniversalClient, error) {
 	return c.Redis.NewClient(redisconf.Timeouts{Dial: 2 * time.Second, Read: time.Second, Write: time.Second})
 }
 
+// internalTLS is what the internal API serves TLS with, each part read again every
+// tlsreload.Interval while Serve runs (grpcCredentials): the certificate, so that a
+// renewed Secret is served without a restart, and the bundle of CAs whose client
+// certificates it accepts (nil without mTLS), so that a change of CA is too.
+type internalTLS struct {
+	cert     *tlsreload.Pair
+	clientCA *tlsreload.Pool
+}
+
 // grpcCredentials are the internal API's transport credentials: nil for plaintext
 // (loopback, or a mesh that encrypts), TLS with the configured pair, and mTLS when a
-// client CA is configured. The pair (nil for plaintext) is presented at every
-// handshake as last loaded: Serve reads its files again every tlsreload.Interval, so a renewed
-// Secret is served without a restart. The client CA is read once, at start.
-func grpcCredentials(c Config) (credentials.TransportCredentials, *tlsreload.Pair, error) {
+// client CA is configured. Each handshake presents the pair and verifies the client
+// against the bundle as last loaded.
+func grpcCredentials(c Config) (credentials.TransportCredentials, internalTLS, error) {
 	if c.GRPCTLSCert == "" {
-		return nil, nil, nil
+		return nil, internalTLS{}, nil
 	}
-	pair, err := tlsreload.Load(c.GRPCTLSCert, c.GRPCTLSKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("TOLLGATE_GRPC_TLS_CERT/KEY: %w", err)
+	var it internalTLS
+	var err error
+	if it.cert, err = tlsreload.Load(c.GRPCTLSCert, c.GRPCTLSKey); err != nil {
+		return nil, internalTLS{}, fmt.Errorf("TOLLGATE_GRPC_TLS_CERT/KEY: %w", err)
 	}
-	cfg := &tls.Config{GetCertificate: pair.GetCertificate, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{GetCertificate: it.cert.GetCertificate, MinVersion: tls.VersionTLS12}
 	if c.GRPCClientCA != "" {
-		pem, err := os.ReadFile(c.GRPCClientCA)
-		if err != nil {
-			return nil, nil, fmt.Errorf("TOLLGATE_GRPC_CLIENT_CA: %w", err)
+		if it.clientCA, err = tlsreload.LoadPool(c.GRPCClientCA); err != nil {
+			return nil, internalTLS{}, fmt.Errorf("TOLLGATE_GRPC_CLIENT_CA: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, errors.New("TOLLGATE_GRPC_CLIENT_CA: no PEM certificate in the file")
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		// A tls.Config's ClientCAs cannot change under a running server: each handshake
+		// gets a copy holding the bundle loaded last (handshakes are rare, as enforcers
+		// keep their connection).
+		base := cfg.Clone()
+		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := base.Clone()
+			c.ClientCAs = it.clientCA.CertPool()
+			return c, nil
 		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
-	return credentials.NewTLS(cfg), pair, nil
+	return credentials.NewTLS(cfg), it, nil
 }
 
 // resync rebuilds the Redis mirror once: a new generation, then every mirrored member's

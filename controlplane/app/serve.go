@@ -100,9 +100,9 @@ type Deps struct {
 type ControlPlane struct {
 	cfg Config
 	log *slog.Logger
-	// grpcCert is the internal API's certificate (nil: plaintext), read again every
-	// tlsreload.Interval while Serve runs.
-	grpcCert *tlsreload.Pair
+	// grpcTLS is the internal API's certificate and client CA bundle (each nil:
+	// plaintext, no mTLS), read again every tlsreload.Interval while Serve runs.
+	grpcTLS internalTLS
 
 	Metrics *metrics.Metrics
 	// Mirror writes the Redis mirror; its maintenance loop runs in Serve.
@@ -127,7 +127,7 @@ type ControlPlane struct {
 // New wires the control plane from an open store and Redis client.
 func New(d Deps) (*ControlPlane, error) {
 	cfg := d.Config
-	creds, grpcCert, err := grpcCredentials(cfg)
+	creds, grpcTLS, err := grpcCredentials(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func New(d Deps) (*ControlPlane, error) {
 		d.Clock = clock.System{}
 	}
 	st, log := d.Store, d.Log
-	c := &ControlPlane{cfg: cfg, log: log, Metrics: metrics.New(d.Registry), grpcCert: grpcCert} // every metric, on the registry /metrics serves
+	c := &ControlPlane{cfg: cfg, log: log, Metrics: metrics.New(d.Registry), grpcTLS: grpcTLS} // every metric, on the registry /metrics serves
 	c.Mirror = newMirrorWriter(cfg, st, d.Redis, log, c.Metrics)
 	c.Ledger = ledger.New(ledger.Deps{Store: st, Clock: d.Clock, Log: log, Metrics: c.Metrics, Mirror: c.Mirror,
 		Config: ledger.Config{Lanes: cfg.AccountingLanes, MaxBatch: cfg.AccountingMaxBatch, MaxDelay: cfg.AccountingMaxDelay}})
@@ -234,9 +234,15 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	var loops lifecycle.Group
 	mirrorLoop := loops.Go(ctx, "mirror maintenance", c.Mirror.Run)
 	ledgerLoop := loops.Go(ctx, "ledger", c.Ledger.Run)
-	if c.grpcCert != nil {
+	if cert := c.grpcTLS.cert; cert != nil {
 		loops.Go(ctx, "internal API TLS reload", func(ctx context.Context) error {
-			c.grpcCert.Watch(ctx, tlsreload.Interval, c.log, "internal API TLS", c.Metrics.GRPCTLSLoaded)
+			cert.Watch(ctx, tlsreload.Interval, c.log, "internal API TLS", c.Metrics.GRPCTLSLoaded)
+			return nil
+		})
+	}
+	if ca := c.grpcTLS.clientCA; ca != nil {
+		loops.Go(ctx, "internal API client CA reload", func(ctx context.Context) error {
+			ca.Watch(ctx, tlsreload.Interval, c.log, "internal API client CA")
 			return nil
 		})
 	}

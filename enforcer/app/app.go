@@ -6,7 +6,6 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -228,11 +227,8 @@ func New(d Deps) *Enforcer {
 	}
 	cfg, m, log := d.Config, d.Metrics, d.Log
 	e := &Enforcer{cfg: cfg, log: log, reg: d.Registry, rdb: d.Redis, layout: d.Layout, spool: d.Spool, Metrics: m}
-	var tlsConfig *tls.Config // parseConfig loaded the files
-	if cfg.controlPlaneTLS != nil {
-		tlsConfig = cfg.controlPlaneTLS.Config
-	}
-	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{TLS: tlsConfig}, log)
+	// parseConfig loaded the TLS files (nil: plaintext).
+	e.ControlPlane = cpclient.NewHealth(d.ControlPlane, cfg.ControlPlaneAddr, cpclient.HealthConfig{TLS: cfg.controlPlaneTLS}, log)
 	cp := e.ControlPlane
 	// settleq takes a zero field for its default and a negative one for none (send at
 	// once, keep nothing); here 0 means none.
@@ -413,9 +409,9 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	if e.spool != nil {
 		loops.Go(ctx, "settle spool sync", e.spool.Run)
 	}
-	if t := e.cfg.controlPlaneTLS; t != nil && t.ClientCert != nil {
+	if t := e.cfg.controlPlaneTLS; t != nil {
 		loops.Go(ctx, "control plane TLS reload", func(ctx context.Context) error {
-			t.ClientCert.Watch(ctx, tlsreload.Interval, e.log, "control plane TLS client certificate", e.Metrics.ControlPlaneTLSLoaded)
+			t.Watch(ctx, tlsreload.Interval, e.log, e.Metrics.ControlPlaneTLSLoaded)
 			return nil
 		})
 	}

@@ -46,10 +46,11 @@ type HealthConfig struct {
 	// Timeout bounds one probe; a probe that times out finds the control plane
 	// unreachable.
 	Timeout time.Duration
-	// TLS is the connection's TLS configuration (nil for plaintext). With it, a probe
-	// that finds the control plane unreachable shakes hands with it once more by hand,
-	// to tell a handshake it refused (diagnoseTLS) from a control plane not reached.
-	TLS *tls.Config
+	// TLS is the connection's TLS (nil for plaintext). With it, a probe that finds the
+	// control plane unreachable shakes hands with it once more by hand, with TLS.Config
+	// as then loaded, to tell a handshake it refused (diagnoseTLS) from a control plane
+	// not reached.
+	TLS *TLS
 }
 
 // DefaultHealthConfig probes an idle control plane every 10s and a failing one every
@@ -162,7 +163,7 @@ func (h *Health) probe(ctx context.Context) {
 		err = status.Error(codes.Unavailable, "no answer within "+h.cfg.Timeout.String())
 	}
 	if status.Code(err) == codes.Unavailable && !isTLSFailure(err) && h.cfg.TLS != nil {
-		if terr := diagnoseTLS(pctx, h.addr, h.cfg.TLS); terr != nil {
+		if terr := diagnoseTLS(pctx, h.addr, h.cfg.TLS.Config()); terr != nil {
 			err = status.Error(codes.Unavailable, "authentication handshake failed: "+terr.Error())
 		}
 	}

@@ -232,24 +232,28 @@ func TestProbeTellsARefusedClientCertificate(t *testing.T) {
 		}
 	}()
 	clientPair := ca.Client(t, "enforcer")
-	withCert := &tls.Config{RootCAs: pool}
-	pair, err := tls.LoadX509KeyPair(clientPair.CertFile, clientPair.KeyFile)
-	if err != nil {
-		t.Fatal(err)
+	load := func(f cpclient.TLSFiles) *cpclient.TLS {
+		t.Helper()
+		loaded, err := f.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return loaded
 	}
-	withCert.Certificates = []tls.Certificate{pair}
+	withoutCert := load(cpclient.TLSFiles{CA: ca.CertFile})
+	withCert := load(cpclient.TLSFiles{CA: ca.CertFile, Cert: clientPair.CertFile, Key: clientPair.KeyFile})
 	closed := testio.FreeAddr(t)
 	brokenPipe := status.Error(codes.Unavailable, `connection error: desc = "transport: failed to write client preface: write tcp: write: broken pipe"`)
 
 	for _, tc := range []struct {
 		name string
 		addr string
-		tls  *tls.Config
+		tls  *cpclient.TLS
 		want error
 	}{
-		{"no client certificate", ln.Addr().String(), &tls.Config{RootCAs: pool}, cpclient.ErrTLSFailed},
+		{"no client certificate", ln.Addr().String(), withoutCert, cpclient.ErrTLSFailed},
 		{"a client certificate it accepts", ln.Addr().String(), withCert, cpclient.ErrUnreachable},
-		{"nobody listening", closed, &tls.Config{RootCAs: pool}, cpclient.ErrUnreachable},
+		{"nobody listening", closed, withoutCert, cpclient.ErrUnreachable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &testio.SyncBuffer{}

@@ -1,6 +1,7 @@
 package cpclient_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
@@ -9,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/enforcer/cpclient"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
@@ -76,7 +82,7 @@ func TestClientCertificateRenewal(t *testing.T) {
 	}()
 	shownSerial := func() string {
 		t.Helper()
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), loaded.Config)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), loaded.Config())
 		if err != nil {
 			t.Fatalf("dial: %v", err)
 		}
@@ -137,4 +143,66 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestChangeOfCA: the bundle the control plane's certificate is verified against
+// (TOLLGATE_CONTROLPLANE_TLS_CA) is read again at CA.Reload (every 10 seconds while the
+// enforcer serves), and the gRPC connection's next handshake uses it: an enforcer that
+// cannot verify a control plane whose certificate a new CA signed reaches it, on the
+// same connection and credentials, once the new CA is in the bundle, without a restart.
+func TestChangeOfCA(t *testing.T) {
+	oldCA, newCA := testtls.NewCA(t, "old CA"), testtls.NewCA(t, "new CA")
+	bundle := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(bundle, mustRead(t, oldCA.CertFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := cpclient.TLSFiles{CA: bundle}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A control plane whose certificate the new CA signed.
+	server := newCA.Server(t)
+	pair, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}})))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(loaded.Credentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	check := func(wait time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		return err
+	}
+	if err := check(2 * time.Second); err == nil {
+		t.Fatal("the old CA's bundle verified the new CA's certificate")
+	} else if !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Fatalf("before the change: %v; want the handshake's refusal", err)
+	}
+
+	if err := os.WriteFile(bundle, append(mustRead(t, oldCA.CertFile), mustRead(t, newCA.CertFile)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := loaded.CA.Reload(); !changed || err != nil {
+		t.Fatalf("Reload: %v, %v", changed, err)
+	}
+	if err := check(20 * time.Second); err != nil {
+		t.Fatalf("after the new CA was added: %v", err)
+	}
+	if got := loaded.Config().RootCAs; !got.Equal(loaded.CA.CertPool()) {
+		t.Error("Config's roots are not the bundle loaded last")
+	}
 }

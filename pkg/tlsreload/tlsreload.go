@@ -1,27 +1,25 @@
-// Package tlsreload serves a TLS certificate from PEM files that are renewed in place: a
+// Package tlsreload serves TLS material from PEM files that are renewed in place: a
 // Kubernetes Secret that cert-manager renews (the kubelet swaps the mounted files), or a
-// certificate an ACME client rewrites. A Pair reads the two files at start and again at
-// each Reload, so the next handshake presents the renewed certificate without a restart,
-// and the connections already open keep theirs.
+// certificate an ACME client rewrites. A Pair is a certificate and its key, a Pool a CA
+// bundle; each reads its files at start and again at each Reload, so the next handshake
+// presents the renewed certificate, or verifies against the changed bundle, without a
+// restart. Connections already open keep what they were made with.
 //
-// A pair that does not load (a renewal half written, a key that does not match its
-// certificate) is an error of that Reload, and the pair loaded before it stays served: a
-// listener never loses a good certificate to a bad renewal. Reload compares the files'
-// bytes rather than their modification times, since a Secret's swap can keep them.
+// Files that do not load (a renewal half written, a key that does not match its
+// certificate, a bundle without a certificate) are an error of that Reload, and what was
+// loaded before stays in use: a listener never loses a good certificate, nor a client its
+// trust, to a bad renewal. Reload compares the files' bytes rather than their
+// modification times, since a Secret's swap can keep them.
 //
 // Why not a library: the standard library has no reloading certificate source, and the
 // packages that have one either bring an ACME client (certmagic) or watch files with
 // inotify (fsnotify), which misses the kubelet's symlink swap unless the directory is
-// watched; reading two small files every few seconds is simpler and cannot miss one.
+// watched; reading a few small files every few seconds is simpler and cannot miss one.
 package tlsreload
 
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -34,104 +32,77 @@ import (
 // served at most 10 seconds after it lands.
 const Interval = 10 * time.Second
 
-// Pair is a certificate and its key, read from two PEM files. Its GetCertificate is a
-// tls.Config's.
-type Pair struct {
-	certFile, keyFile string
+// source is what Pair and Pool share: files read again at each reload and compared by
+// their bytes, and the value parsed from them, kept until a change that parses.
+type source[T any] struct {
+	files []string
+	parse func(contents [][]byte) (T, error)
 
-	cur atomic.Pointer[loaded]
+	cur atomic.Pointer[version[T]]
 
-	mu sync.Mutex // serializes Reload, and guards failed
+	mu sync.Mutex // serializes reload, and guards failed
 	// failed is the error and the files' content of the last reload that failed, so
-	// that Watch reports a broken renewal once, not at every interval while it stays
+	// that watch reports a broken renewal once, not at every interval while it stays
 	// broken.
 	failed []byte
 }
 
-// loaded is one loaded pair and the bytes it was loaded from.
-type loaded struct {
-	cert            *tls.Certificate
-	certPEM, keyPEM []byte
+// version is one parsed value and the bytes it was parsed from.
+type version[T any] struct {
+	value    T
+	contents [][]byte
 }
 
-// Load reads the pair from certFile and keyFile. The error names the files and the
-// cause: a file that cannot be read, no certificate, a key that does not match.
-func Load(certFile, keyFile string) (*Pair, error) {
-	p := &Pair{certFile: certFile, keyFile: keyFile}
-	certPEM, keyPEM, err := p.read()
+// init reads and parses the files for the first time.
+func (s *source[T]) init(parse func([][]byte) (T, error), files ...string) error {
+	s.files, s.parse = files, parse
+	contents, err := s.read()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	l, err := p.parse(certPEM, keyPEM)
+	v, err := parse(contents)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	p.cur.Store(l)
-	return p, nil
+	s.cur.Store(&version[T]{value: v, contents: contents})
+	return nil
 }
 
-// GetCertificate returns the pair loaded last; it never fails.
-func (p *Pair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return p.cur.Load().cert, nil
-}
+func (s *source[T]) current() T { return s.cur.Load().value }
 
-// Leaf is the certificate served now (the chain's first), for its expiry and names.
-func (p *Pair) Leaf() *x509.Certificate { return p.cur.Load().cert.Leaf }
-
-// Reload reads both files again and serves what they hold from the next handshake on.
-// It reports whether the pair changed. When the files do not load, it returns the error
-// and keeps the pair loaded before.
-func (p *Pair) Reload() (changed bool, err error) {
-	changed, _, err = p.reload()
-	return changed, err
-}
-
-// reload is Reload; repeated is true when its error is the same content's (or the same
-// read error) as the last failed reload's, which Watch has already reported.
-func (p *Pair) reload() (changed, repeated bool, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	certPEM, keyPEM, err := p.read()
+// reload reads the files again and keeps what they hold when it changed and parses.
+// repeated is true when its error is the same content's (or the same read error) as the
+// last failed reload's, which watch has already reported.
+func (s *source[T]) reload() (changed, repeated bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	contents, err := s.read()
 	if err == nil {
-		cur := p.cur.Load()
-		if bytes.Equal(certPEM, cur.certPEM) && bytes.Equal(keyPEM, cur.keyPEM) {
-			p.failed = nil
+		if same(contents, s.cur.Load().contents) {
+			s.failed = nil
 			return false, false, nil
 		}
-		var l *loaded
-		if l, err = p.parse(certPEM, keyPEM); err == nil {
-			p.cur.Store(l)
-			p.failed = nil
+		var v T
+		if v, err = s.parse(contents); err == nil {
+			s.cur.Store(&version[T]{value: v, contents: contents})
+			s.failed = nil
 			return true, false, nil
 		}
 	}
-	content := []byte(err.Error())
-	content = append(append(append(content, 0), certPEM...), keyPEM...)
-	repeated = bytes.Equal(content, p.failed)
-	p.failed = content
+	content := append([]byte(err.Error()), 0)
+	for _, c := range contents {
+		content = append(content, c...)
+	}
+	repeated = bytes.Equal(content, s.failed)
+	s.failed = content
 	return false, repeated, err
 }
 
-// Watch calls Reload every interval until ctx ends. It logs the certificate served at
-// its start and each renewal it loads (subject, serial, expiry) at info, a certificate
-// not valid now (expired, or not yet valid) at warn, and a renewal that does not load
-// at warn, once for each content of the files that fails; onLoad, when not nil, is
-// called with each leaf served, the first one included. what names the listener in the
-// log lines.
-func (p *Pair) Watch(ctx context.Context, every time.Duration, log *slog.Logger, what string, onLoad func(*x509.Certificate)) {
-	loadedNow := func(msg string) {
-		leaf := p.Leaf()
-		log.Info(what+": "+msg, "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(),
-			"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
-		if now := time.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
-			log.Warn(what+": the certificate served is not valid now: clients will refuse it",
-				"not_before", leaf.NotBefore.UTC().Format(time.RFC3339), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
-		}
-		if onLoad != nil {
-			onLoad(leaf)
-		}
-	}
-	loadedNow("serving certificate")
+// watch calls reload every interval until ctx ends: announce(true) at its start,
+// announce(false) after each change loaded, and broken (a warning) once for each content
+// of the files that fails.
+func (s *source[T]) watch(ctx context.Context, every time.Duration, log *slog.Logger, broken string, announce func(first bool)) {
+	announce(true)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -140,33 +111,33 @@ func (p *Pair) Watch(ctx context.Context, every time.Duration, log *slog.Logger,
 			return
 		case <-t.C:
 		}
-		changed, repeated, err := p.reload()
+		changed, repeated, err := s.reload()
 		switch {
 		case err != nil && !repeated:
-			log.Warn(what+": the renewed certificate does not load; the one before is still served", "err", err)
+			log.Warn(broken, "err", err)
 		case changed:
-			loadedNow("renewed certificate loaded")
+			announce(false)
 		}
 	}
 }
 
-func (p *Pair) read() (certPEM, keyPEM []byte, err error) {
-	if certPEM, err = os.ReadFile(p.certFile); err != nil {
-		return nil, nil, err
+func (s *source[T]) read() ([][]byte, error) {
+	contents := make([][]byte, len(s.files))
+	for i, f := range s.files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		contents[i] = b
 	}
-	if keyPEM, err = os.ReadFile(p.keyFile); err != nil {
-		return nil, nil, err
-	}
-	return certPEM, keyPEM, nil
+	return contents, nil
 }
 
-func (p *Pair) parse(certPEM, keyPEM []byte) (*loaded, error) {
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("%s and %s: %w", p.certFile, p.keyFile, err)
+func same(a, b [][]byte) bool {
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			return false
+		}
 	}
-	if cert.Leaf == nil {
-		return nil, errors.New(p.certFile + ": no certificate")
-	}
-	return &loaded{cert: &cert, certPEM: certPEM, keyPEM: keyPEM}, nil
+	return len(a) == len(b)
 }
