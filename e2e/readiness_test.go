@@ -20,6 +20,14 @@ import (
 // cpAddr with token and the extra environment; it returns its admin URL and its logs.
 func startEnforcer(t *testing.T, s *stack, cpAddr, token string, extra ...map[string]string) (string, *testio.SyncBuffer) {
 	t.Helper()
+	addrs, logs := startEnforcerAddrs(t, s, cpAddr, token, extra...)
+	return "http://" + addrs["admin"], logs
+}
+
+// startEnforcerAddrs is startEnforcer returning every server's address (admin, http,
+// grpc), as the enforcer logged them.
+func startEnforcerAddrs(t *testing.T, s *stack, cpAddr, token string, extra ...map[string]string) (map[string]string, *testio.SyncBuffer) {
+	t.Helper()
 	logs := &testio.SyncBuffer{}
 	vars := map[string]string{
 		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": s.layout.Prefix,
@@ -34,7 +42,7 @@ func startEnforcer(t *testing.T, s *stack, cpAddr, token string, extra ...map[st
 	addrs := run(t, "enforcer", 3, logs, func(ctx context.Context) error {
 		return enfapp.Run(ctx, []string{"serve"}, env, enfapp.IO{Stdout: io.Discard, Stderr: logs})
 	})
-	return "http://" + addrs["admin"], logs
+	return addrs, logs
 }
 
 // readyz is the enforcer's readiness answer.
@@ -49,12 +57,14 @@ func readyz(t *testing.T, admin string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-// gate is a TCP proxy to the control plane that refuses connections until opened.
+// gate is a TCP proxy to the control plane that refuses connections until opened, and
+// can cut the connections it relays.
 type gate struct {
 	ln     net.Listener
 	target string
 	mu     sync.Mutex
 	open   bool
+	conns  map[net.Conn]bool // both ends of each relayed connection
 }
 
 func newGate(t *testing.T, target string) *gate {
@@ -62,7 +72,7 @@ func newGate(t *testing.T, target string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{ln: ln, target: target}
+	g := &gate{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -82,6 +92,9 @@ func newGate(t *testing.T, target string) *gate {
 				c.Close()
 				continue
 			}
+			g.mu.Lock()
+			g.conns[c], g.conns[up] = true, true
+			g.mu.Unlock()
 			go func() { _, _ = io.Copy(up, c); up.Close() }()
 			go func() { _, _ = io.Copy(c, up); c.Close() }()
 		}
@@ -93,6 +106,17 @@ func (g *gate) Open() {
 	g.mu.Lock()
 	g.open = true
 	g.mu.Unlock()
+}
+
+// Cut closes every connection relayed so far, as a control plane's restart or a
+// network's failure would; the gate stays open to new ones.
+func (g *gate) Cut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for c := range g.conns {
+		c.Close()
+	}
+	clear(g.conns)
 }
 
 // TestEnforcerReadinessFollowsTheControlPlane: with the real control plane, an

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	"github.com/tollgate-dev/tollgate/internal/testtls"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 )
 
 // TestEnforcerTalksToTheControlPlaneOverMTLS: the real control plane serves its internal
@@ -166,4 +168,113 @@ func serverSerial(t *testing.T, addr string, ca *testtls.CA, client testtls.Pair
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// TestInternalCAChangesWithoutARestart: a change of the internal CA, made in the files of
+// a running control plane and a running enforcer as the kubelet brings renewed Secrets
+// into their mounts: both CA bundles become the new CA alone, both certificates the new
+// CA's. Neither program restarts. Once each has read its files (within the 10 s
+// interval), the connection they had is cut, and the enforcer's next one must verify the
+// control plane's new certificate against its changed bundle, and be accepted with its
+// new client certificate by the control plane's changed bundle: its calls reach the
+// control plane again. Without any one of the four reloads the handshake fails.
+func TestInternalCAChangesWithoutARestart(t *testing.T) {
+	t.Parallel()
+	oldCA, newCA := testtls.NewCA(t, "old internal CA"), testtls.NewCA(t, "new internal CA")
+	dir := t.TempDir()
+	file := func(name string) string { return filepath.Join(dir, name) }
+	put := func(to string, from ...string) {
+		t.Helper()
+		var b []byte
+		for _, f := range from {
+			c, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, c...)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The two Secrets as mounted: the control plane's (its pair, the CA its clients'
+	// certificates are checked against) and the enforcer's (its pair, the CA it checks
+	// the control plane's certificate against).
+	cpCert, cpKey, cpCA := file("cp-tls.crt"), file("cp-tls.key"), file("cp-ca.crt")
+	enfCert, enfKey, enfCA := file("enf-tls.crt"), file("enf-tls.key"), file("enf-ca.crt")
+	oldServer, oldClient := oldCA.Server(t), oldCA.Client(t, "enforcer")
+	put(cpCert, oldServer.CertFile)
+	put(cpKey, oldServer.KeyFile)
+	put(cpCA, oldCA.CertFile)
+	put(enfCert, oldClient.CertFile)
+	put(enfKey, oldClient.KeyFile)
+	put(enfCA, oldCA.CertFile)
+
+	db := storetest.New(t)
+	rdb, layout := testredis.New(t)
+	s := &stack{db: db, rdb: rdb, layout: layout, cpLogs: &testio.SyncBuffer{}}
+	cpEnv := envOf(map[string]string{
+		"TOLLGATE_DATABASE_URL": storetest.URLFor(db.Pool.Config().ConnConfig.Database), "TOLLGATE_REDIS_URL": testredis.URL(),
+		"TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
+		"TOLLGATE_GRPC_TLS_CERT": cpCert, "TOLLGATE_GRPC_TLS_KEY": cpKey, "TOLLGATE_GRPC_CLIENT_CA": cpCA,
+	})
+	cp := run(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
+		return cpapp.Run(ctx, []string{"serve"}, cpEnv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
+	})
+	g := newGate(t, cp["grpc"]) // to cut the enforcer's connection
+	g.Open()
+	enf, enfLogs := startEnforcerAddrs(t, s, g.ln.Addr().String(), internalToken, map[string]string{
+		"TOLLGATE_CONTROLPLANE_TLS_CA": enfCA, "TOLLGATE_CONTROLPLANE_TLS_CERT": enfCert, "TOLLGATE_CONTROLPLANE_TLS_KEY": enfKey,
+		"TOLLGATE_FAILURE_MODE": "closed"})
+
+	// An unknown key's check is answered 401 only when the control plane answered the
+	// enforcer's Authenticate; an unreachable one makes it 503 (failing closed).
+	checkStatus := func() int {
+		t.Helper()
+		key, _ := credential.New(credential.APIKeyPrefix)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+enf["http"]+"/check", nil)
+		req.Header.Set("x-api-key", key)
+		req.Close = true // no kept connection, which the server may close as it is reused
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	waitFor(t, 15*time.Second, "the enforcer to reach the control plane over the old CA's TLS", func() bool {
+		return checkStatus() == http.StatusUnauthorized
+	})
+
+	newServer, newClient := newCA.Server(t), newCA.Client(t, "enforcer")
+	put(cpCA, newCA.CertFile)
+	put(enfCA, newCA.CertFile)
+	put(cpKey, newServer.KeyFile)
+	put(cpCert, newServer.CertFile)
+	put(enfKey, newClient.KeyFile)
+	put(enfCert, newClient.CertFile)
+	for _, l := range []struct {
+		logs *testio.SyncBuffer
+		line string
+	}{
+		{s.cpLogs, `msg="internal API TLS: renewed certificate loaded" subject="CN=` + testtls.ServerName + `"`},
+		{s.cpLogs, `msg="internal API client CA: changed CA bundle loaded" certificates=1 subjects="CN=new internal CA"`},
+		{enfLogs, `msg="control plane TLS client certificate: renewed certificate loaded" subject="CN=enforcer"`},
+		{enfLogs, `msg="control plane TLS CA: changed CA bundle loaded" certificates=1 subjects="CN=new internal CA"`},
+	} {
+		waitFor(t, 30*time.Second, l.line, func() bool { return strings.Contains(l.logs.String(), l.line) })
+	}
+	if got := checkStatus(); got != http.StatusUnauthorized {
+		t.Fatalf("on the connection made before the change: %d, want 401", got)
+	}
+
+	g.Cut()
+	waitFor(t, 30*time.Second, "the enforcer's new connection to be accepted", func() bool {
+		return checkStatus() == http.StatusUnauthorized
+	})
+	if strings.Contains(enfLogs.String(), "TLS handshake failed") {
+		t.Errorf("the enforcer logged a failed handshake:\n%s", enfLogs.String())
+	}
 }

@@ -200,7 +200,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		fs.DurationVar(&c.MirrorCheckInterval, "mirror-check-interval", durationEnv("TOLLGATE_MIRROR_CHECK_INTERVAL", 5*time.Second), "how often the mirror generation is checked and failed Redis writes repaired (TOLLGATE_MIRROR_CHECK_INTERVAL)")
 		fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS, the files read again every 10s (TOLLGATE_GRPC_TLS_CERT)")
 		fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
-		fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
+		fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle, read again every 10s; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
 		fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", ledger.DefaultConfig.Lanes), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
 		fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", ledger.DefaultConfig.MaxBatch), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
 		fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", ledger.DefaultConfig.MaxDelay), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")

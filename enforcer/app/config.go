@@ -53,7 +53,8 @@ type Config struct {
 	// on; none keeps the connection plaintext (loopback, or a mesh that encrypts).
 	ControlPlaneTLS cpclient.TLSFiles
 	// controlPlaneTLS is ControlPlaneTLS loaded (by parseConfig; nil: plaintext), its
-	// client certificate read again every 10 seconds while the enforcer serves.
+	// client certificate and CA bundle read again every 10 seconds while the enforcer
+	// serves.
 	controlPlaneTLS *cpclient.TLS
 	// InternalToken is the shared secret presented to the control plane and accepted
 	// on /settle from non-loopback callers (TOLLGATE_INTERNAL_TOKEN).
@@ -235,7 +236,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
 	fs.StringVar(&c.ControlPlaneAddr, "controlplane-addr", env("TOLLGATE_CONTROLPLANE_ADDR", DefaultControlPlaneAddr), "the control plane's internal gRPC address (TOLLGATE_CONTROLPLANE_ADDR)")
-	fs.StringVar(&c.ControlPlaneTLS.CA, "controlplane-tls-ca", getenv("TOLLGATE_CONTROLPLANE_TLS_CA"), "PEM CA bundle that signs the control plane's certificate; turns TLS on (empty with another TLS setting: the system's roots) (TOLLGATE_CONTROLPLANE_TLS_CA)")
+	fs.StringVar(&c.ControlPlaneTLS.CA, "controlplane-tls-ca", getenv("TOLLGATE_CONTROLPLANE_TLS_CA"), "PEM CA bundle that signs the control plane's certificate, read again every 10s; turns TLS on (empty with another TLS setting: the system's roots) (TOLLGATE_CONTROLPLANE_TLS_CA)")
 	fs.StringVar(&c.ControlPlaneTLS.Cert, "controlplane-tls-cert", getenv("TOLLGATE_CONTROLPLANE_TLS_CERT"), "PEM client certificate presented to the control plane (mTLS); with --controlplane-tls-key, the files read again every 10s (TOLLGATE_CONTROLPLANE_TLS_CERT)")
 	fs.StringVar(&c.ControlPlaneTLS.Key, "controlplane-tls-key", getenv("TOLLGATE_CONTROLPLANE_TLS_KEY"), "PEM private key of --controlplane-tls-cert (TOLLGATE_CONTROLPLANE_TLS_KEY)")
 	fs.StringVar(&c.ControlPlaneTLS.ServerName, "controlplane-tls-server-name", getenv("TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME"), "name the control plane's certificate must carry, when not the host of --controlplane-addr; turns TLS on (TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME)")

@@ -80,7 +80,7 @@ func (p *Pool) Watch(ctx context.Context, every time.Duration, log *slog.Logger,
 	p.src.watch(ctx, every, log, what+": the changed CA bundle does not load; the one before is still used", func(first bool) {
 		msg := "changed CA bundle loaded"
 		if first {
-			msg = "CA bundle"
+			msg = "CA bundle loaded"
 		}
 		certs := p.Certificates()
 		subjects := make([]string, len(certs))

@@ -133,7 +133,7 @@ func TestPoolWatchLogsEachChangeAndABrokenOneOnce(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "the bundle's first log line", func() bool {
-		return strings.Contains(logs.String(), `msg="control plane TLS CA: CA bundle" certificates=1 subjects="CN=old CA"`)
+		return strings.Contains(logs.String(), `msg="control plane TLS CA: CA bundle loaded" certificates=1 subjects="CN=old CA"`)
 	})
 
 	writeBundle(t, file, damaged, oldCA, newCA)
