@@ -89,9 +89,10 @@ func TestGatewayCertificateAlertFires(t *testing.T) {
 
 // TestInternalCertificateAlertFires runs TollgateInternalCertificateExpiring through
 // `promtool test rules`: a control plane's certificate that expires in 8 days, an
-// enforcer's client certificate of 30 days, and an enforcer without mTLS (its gauge at
-// 0). The control plane's fires after a day and its `for`, with its job; the others
-// never.
+// enforcer's client certificate of 30 days whose bundle's CA expires in 9, and an
+// enforcer without mTLS nor a bundle (its gauges at 0). The control plane's fires after
+// a day and its `for`, with its job; the first enforcer's after two days and its `for`,
+// for its CA; the other never.
 func TestInternalCertificateAlertFires(t *testing.T) {
 	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateInternalCertificateExpiring" })
 	if len(rules) != 1 {
@@ -101,22 +102,31 @@ func TestInternalCertificateAlertFires(t *testing.T) {
 	series := func(metric, job, instance, values string) map[string]string {
 		return map[string]string{"series": metric + `{job="` + job + `",instance="` + instance + `"}`, "values": values}
 	}
-	expiring := func(at string, jobInstances ...string) map[string]any {
+	// expiring lists the alerts firing at a time, each as job, instance, certificate.
+	expiring := func(at string, firing ...string) map[string]any {
 		exp := []any{}
-		for i := 0; i < len(jobInstances); i += 2 {
-			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "job": jobInstances[i], "instance": jobInstances[i+1]}})
+		for i := 0; i < len(firing); i += 3 {
+			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "job": firing[i], "instance": firing[i+1],
+				"certificate": firing[i+2]}})
 		}
 		return map[string]any{"eval_time": at, "alertname": "TollgateInternalCertificateExpiring", "exp_alerts": exp}
 	}
 	promtoolTest(t, rules, "1m", []any{
-		series("tollgate_controlplane_grpc_tls_certificate_expiration_timestamp_seconds", "controlplane", "cp-1", fmt.Sprintf("%dx2880", 8*day)),
-		series("tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds", "enforcer", "enf-1", fmt.Sprintf("%dx2880", 30*day)),
-		series("tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds", "enforcer", "enf-2", "0x2880"),
+		series("tollgate_controlplane_grpc_tls_certificate_expiration_timestamp_seconds", "controlplane", "cp-1", fmt.Sprintf("%dx4320", 8*day)),
+		series("tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds", "enforcer", "enf-1", fmt.Sprintf("%dx4320", 30*day)),
+		series("tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds", "enforcer", "enf-2", "0x4320"),
+		// The bundles' first CA: cp-1's far off; enf-1's 9 days off (within 7 after
+		// 2 days), while its certificate is 30 days off; enf-2 has no bundle (0).
+		series("tollgate_controlplane_grpc_tls_client_ca_expiration_timestamp_seconds", "controlplane", "cp-1", fmt.Sprintf("%dx4320", 90*day)),
+		series("tollgate_enforcer_controlplane_tls_ca_expiration_timestamp_seconds", "enforcer", "enf-1", fmt.Sprintf("%dx4320", 9*day)),
+		series("tollgate_enforcer_controlplane_tls_ca_expiration_timestamp_seconds", "enforcer", "enf-2", "0x4320"),
 	}, []any{
 		expiring("23h"),
 		expiring("24h5m"), // within 7 days after 24h, pending: for 10m
-		expiring("24h11m", "controlplane", "cp-1"),
-		expiring("47h", "controlplane", "cp-1"),
+		expiring("24h11m", "controlplane", "cp-1", "server certificate"),
+		expiring("47h", "controlplane", "cp-1", "server certificate"),
+		expiring("48h5m", "controlplane", "cp-1", "server certificate"), // enf-1's CA within 7 days, pending
+		expiring("48h11m", "controlplane", "cp-1", "server certificate", "enforcer", "enf-1", "CA bundle"),
 	}, "TollgateInternalCertificateExpiring")
 }
 

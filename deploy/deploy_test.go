@@ -296,6 +296,9 @@ func TestMetricsCheckerCatchesDrift(t *testing.T) {
 		// over 2 replicas, TollgatePendingStartsGrowing fired at half its threshold.
 		{`sum(tollgate_controlplane_accounting_pending_starts) > 10000`, "sum() of tollgate_controlplane_accounting_pending_starts, a value of the whole database"},
 		{`max(tollgate_controlplane_accounting_pending_starts) > 10000`, ""},
+		// label_replace adds its target label, and only that one.
+		{`min by (job, certificate) (label_replace(tollgate_enforcer_settle_queue_depth, "certificate", "x", "", ""))`, ""},
+		{`min by (job, kind) (label_replace(tollgate_enforcer_settle_queue_depth, "certificate", "x", "", ""))`, "nothing inside has label kind"},
 	}
 	for _, tc := range tests {
 		got := strings.Join(checkExpr(tc.expr), "; ")

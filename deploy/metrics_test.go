@@ -437,9 +437,25 @@ func (c *checker) walk(e metricsql.Expr, x context) []string {
 		for _, a := range e.Args {
 			out = union(out, c.walk(a, inner))
 		}
+		if dst, ok := labelReplaceTarget(e); ok {
+			out = union(out, []string{dst})
+		}
 		return out
 	}
 	return nil // numbers, strings, durations
+}
+
+// labelReplaceTarget is the label label_replace(v, dst, replacement, src, regex) writes:
+// its result carries it beside v's.
+func labelReplaceTarget(e *metricsql.FuncExpr) (string, bool) {
+	if strings.ToLower(e.Name) != "label_replace" || len(e.Args) != 5 {
+		return "", false
+	}
+	dst, ok := e.Args[1].(*metricsql.StringExpr)
+	if !ok {
+		return "", false
+	}
+	return dst.S, true
 }
 
 // selector checks one metric selector.

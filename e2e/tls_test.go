@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -180,7 +181,7 @@ func serverSerial(t *testing.T, addr string, ca *testtls.CA, client testtls.Pair
 // control plane again. Without any one of the four reloads the handshake fails.
 func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	t.Parallel()
-	oldCA, newCA := testtls.NewCA(t, "old internal CA"), testtls.NewCA(t, "new internal CA")
+	oldCA, newCA := testtls.NewCA(t, "old internal CA"), testtls.NewCAUntil(t, "new internal CA", time.Now().Add(48*time.Hour))
 	dir := t.TempDir()
 	file := func(name string) string { return filepath.Join(dir, name) }
 	put := func(to string, from ...string) {
@@ -247,6 +248,18 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	waitFor(t, 15*time.Second, "the enforcer to reach the control plane over the old CA's TLS", func() bool {
 		return checkStatus() == http.StatusUnauthorized
 	})
+	// Each bundle's expiry is a gauge (alert TollgateInternalCertificateExpiring).
+	const cpCAExpiry, enfCAExpiry = "tollgate_controlplane_grpc_tls_client_ca_expiration_timestamp_seconds", "tollgate_enforcer_controlplane_tls_ca_expiration_timestamp_seconds"
+	caExpiries := func(ca *testtls.CA) {
+		t.Helper()
+		want := float64(ca.Certificate().NotAfter.Unix())
+		for _, g := range [][2]string{{cp["admin"], cpCAExpiry}, {enf["admin"], enfCAExpiry}} {
+			waitFor(t, 5*time.Second, fmt.Sprintf("%s to be %s's expiry %v", g[1], ca.Certificate().Subject, want), func() bool {
+				return metricAt(t, "http://"+g[0], g[1]) == want
+			})
+		}
+	}
+	caExpiries(oldCA)
 
 	newServer, newClient := newCA.Server(t), newCA.Client(t, "enforcer")
 	put(cpCA, newCA.CertFile)
@@ -266,6 +279,7 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	} {
 		waitFor(t, 30*time.Second, l.line, func() bool { return strings.Contains(l.logs.String(), l.line) })
 	}
+	caExpiries(newCA)
 	if got := checkStatus(); got != http.StatusUnauthorized {
 		t.Fatalf("on the connection made before the change: %d, want 401", got)
 	}

@@ -242,7 +242,7 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	}
 	if ca := c.grpcTLS.clientCA; ca != nil {
 		loops.Go(ctx, "internal API client CA reload", func(ctx context.Context) error {
-			ca.Watch(ctx, tlsreload.Interval, c.log, "internal API client CA")
+			ca.Watch(ctx, tlsreload.Interval, c.log, "internal API client CA", c.Metrics.GRPCClientCALoaded)
 			return nil
 		})
 	}

@@ -92,6 +92,10 @@ type Metrics struct {
 	// GRPCTLSExpiry is when the internal API's certificate (TOLLGATE_GRPC_TLS_CERT)
 	// expires, its Unix time; 0 without TLS. Set at each load (GRPCTLSLoaded).
 	GRPCTLSExpiry prometheus.Gauge
+	// GRPCClientCAExpiry is when the first CA of the bundle enforcers' client
+	// certificates are verified against (TOLLGATE_GRPC_CLIENT_CA) expires; 0 without
+	// mTLS. Set at each load (GRPCClientCALoaded).
+	GRPCClientCAExpiry prometheus.Gauge
 
 	pending atomic.Int64
 	// restDB reads the REST API's share of the database pool (ObserveRESTDatabase).
@@ -172,6 +176,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Settlements quarantined without a snapshot, applied by the ledger when their request's settlement with its snapshot created the event."}),
 		GRPCTLSExpiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_controlplane_grpc_tls_certificate_expiration_timestamp_seconds",
 			Help: "When the internal API's certificate (TOLLGATE_GRPC_TLS_CERT) expires, in Unix seconds; 0 without TLS. It moves when a renewal is loaded (the files are read every 10s; one that does not load is logged \"internal API TLS: the renewed certificate does not load\")."}),
+		GRPCClientCAExpiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_controlplane_grpc_tls_client_ca_expiration_timestamp_seconds",
+			Help: "When the first CA certificate of the bundle enforcers' client certificates are verified against (TOLLGATE_GRPC_CLIENT_CA, mTLS) expires, in Unix seconds; 0 without mTLS. It moves when a changed bundle is loaded (the file is read every 10s): past it, what that CA signed no longer verifies."}),
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_controlplane_accounting_pending_starts",
 		Help: "Durable starts not yet settled in the whole database, across all members: the same on every control plane (aggregate with max, not sum); refreshed by each one's mirror maintenance."},
@@ -203,7 +209,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	)
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
 		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
-		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied, m.GRPCTLSExpiry)
+		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied, m.GRPCTLSExpiry, m.GRPCClientCAExpiry)
 
 	precreate(m.Settlements, settleResults)
 	precreate(m.Starts, startResults)
@@ -259,4 +265,10 @@ func precreate(v *prometheus.CounterVec, values []string) {
 // GRPCTLSLoaded records the expiry of the internal API's certificate served from now on.
 func (m *Metrics) GRPCTLSLoaded(leaf *x509.Certificate) {
 	m.GRPCTLSExpiry.Set(float64(leaf.NotAfter.Unix()))
+}
+
+// GRPCClientCALoaded records the expiry of the first CA of the client CA bundle used from
+// now on.
+func (m *Metrics) GRPCClientCALoaded(expiry time.Time) {
+	m.GRPCClientCAExpiry.Set(float64(expiry.Unix()))
 }

@@ -411,7 +411,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	}
 	if t := e.cfg.controlPlaneTLS; t != nil {
 		loops.Go(ctx, "control plane TLS reload", func(ctx context.Context) error {
-			t.Watch(ctx, tlsreload.Interval, e.log, e.Metrics.ControlPlaneTLSLoaded)
+			t.Watch(ctx, tlsreload.Interval, e.log, e.Metrics.ControlPlaneTLSLoaded, e.Metrics.ControlPlaneCALoaded)
 			return nil
 		})
 	}

@@ -70,14 +70,15 @@ func (t *TLS) Credentials() credentials.TransportCredentials {
 
 // Watch reads the client certificate and the CA bundle again every interval until ctx
 // ends (tlsreload's Watch: each renewal or change logged, a broken one logged once and
-// kept out); onLoad is called with each client certificate loaded.
-func (t *TLS) Watch(ctx context.Context, every time.Duration, log *slog.Logger, onLoad func(*x509.Certificate)) {
+// kept out); onCert is called with each client certificate loaded, onCA with the expiry
+// of each CA bundle.
+func (t *TLS) Watch(ctx context.Context, every time.Duration, log *slog.Logger, onCert func(*x509.Certificate), onCA func(time.Time)) {
 	var wg sync.WaitGroup
 	if t.ClientCert != nil {
-		wg.Go(func() { t.ClientCert.Watch(ctx, every, log, "control plane TLS client certificate", onLoad) })
+		wg.Go(func() { t.ClientCert.Watch(ctx, every, log, "control plane TLS client certificate", onCert) })
 	}
 	if t.CA != nil {
-		wg.Go(func() { t.CA.Watch(ctx, every, log, "control plane TLS CA") })
+		wg.Go(func() { t.CA.Watch(ctx, every, log, "control plane TLS CA", onCA) })
 	}
 	wg.Wait()
 }

@@ -111,6 +111,10 @@ type Metrics struct {
 	// plane (TOLLGATE_CONTROLPLANE_TLS_CERT) expires; 0 without one
 	// (ControlPlaneTLSLoaded).
 	ControlPlaneTLSExpiry prometheus.Gauge
+	// ControlPlaneCAExpiry is when the first CA of the bundle this enforcer verifies
+	// the control plane against (TOLLGATE_CONTROLPLANE_TLS_CA) expires; 0 without one
+	// (ControlPlaneCALoaded).
+	ControlPlaneCAExpiry prometheus.Gauge
 	// Reservations counts the in-flight guard's reservations by basis: worst_case (the
 	// request's own, from its body), or why the policy's amount was used instead
 	// (ReservationBases).
@@ -427,13 +431,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_controlplane_tls_client_certificate_expiration_timestamp_seconds",
 			Help: "When this enforcer's client certificate for the control plane (TOLLGATE_CONTROLPLANE_TLS_CERT, mTLS) expires, in Unix seconds; 0 without one. It moves when a renewal is loaded (the files are read every 10s; one that does not load is logged \"control plane TLS client certificate: the renewed certificate does not load\").",
 		}),
+		ControlPlaneCAExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_controlplane_tls_ca_expiration_timestamp_seconds",
+			Help: "When the first CA certificate of the bundle this enforcer verifies the control plane's certificate against (TOLLGATE_CONTROLPLANE_TLS_CA) expires, in Unix seconds; 0 without a bundle (the system's roots, or plaintext). It moves when a changed bundle is loaded (the file is read every 10s): past it, what that CA signed no longer verifies.",
+		}),
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.SpeculativeStarts, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
-		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry, m.ControlPlaneTLSExpiry,
+		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry, m.ControlPlaneTLSExpiry, m.ControlPlaneCAExpiry,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges, m.MemberCapacity, m.MemberCacheEntries, m.MemberCacheEvictions)
 
 	for decision, reasons := range decisionReasons {
@@ -517,4 +525,10 @@ func (m *Metrics) GatewayTLSLoaded(leaf *x509.Certificate) {
 // control plane from now on.
 func (m *Metrics) ControlPlaneTLSLoaded(leaf *x509.Certificate) {
 	m.ControlPlaneTLSExpiry.Set(float64(leaf.NotAfter.Unix()))
+}
+
+// ControlPlaneCALoaded records the expiry of the first CA of the control plane's bundle
+// used from now on.
+func (m *Metrics) ControlPlaneCALoaded(expiry time.Time) {
+	m.ControlPlaneCAExpiry.Set(float64(expiry.Unix()))
 }

@@ -35,12 +35,18 @@ type CA struct {
 // Pair names the PEM files of a certificate and its key.
 type Pair struct{ CertFile, KeyFile string }
 
-// NewCA makes a CA named name in t's temporary directory.
+// NewCA makes a CA named name in t's temporary directory, valid for a day.
 func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	return NewCAUntil(t, name, time.Now().Add(24*time.Hour))
+}
+
+// NewCAUntil is NewCA with the CA's expiry given.
+func NewCAUntil(t testing.TB, name string, notAfter time.Time) *CA {
 	t.Helper()
 	ca := &CA{dir: t.TempDir(), key: newKey(t)}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &ca.key.PublicKey, ca.key)
 	if err != nil {
@@ -53,6 +59,9 @@ func NewCA(t testing.TB, name string) *CA {
 	ca.serial = 1
 	return ca
 }
+
+// Certificate is the CA's own certificate.
+func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 
 // Server makes a server certificate for 127.0.0.1, ::1, localhost and ServerName.
 func (ca *CA) Server(t testing.TB) Pair {

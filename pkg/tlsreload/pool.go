@@ -63,6 +63,20 @@ func (p *Pool) CertPool() *x509.CertPool { return p.src.current().pool }
 // Certificates are the bundle's certificates, in the file's order.
 func (p *Pool) Certificates() []*x509.Certificate { return p.src.current().certs }
 
+// Expiry is when the first of the bundle's certificates expires: past it, what that CA
+// signed no longer verifies, so a change of CA must be over by then (the old CA taken
+// out) or a renewed CA be in the bundle.
+func (p *Pool) Expiry() time.Time {
+	certs := p.Certificates()
+	soonest := certs[0].NotAfter
+	for _, c := range certs[1:] {
+		if c.NotAfter.Before(soonest) {
+			soonest = c.NotAfter
+		}
+	}
+	return soonest
+}
+
 // Reload reads the file again and uses what it holds from the next handshake on. It
 // reports whether the bundle changed. When the file does not load, it returns the error
 // and keeps the bundle loaded before.
@@ -74,9 +88,10 @@ func (p *Pool) Reload() (changed bool, err error) {
 // Watch calls Reload every interval until ctx ends. It logs the bundle at its start and
 // each change it loads (how many certificates, their subjects, the first expiry) at
 // info, each certificate in it that is not valid now at warn, and a change that does not
-// load at warn, once for each content of the file that fails. what names the bundle's
-// use in the log lines.
-func (p *Pool) Watch(ctx context.Context, every time.Duration, log *slog.Logger, what string) {
+// load at warn, once for each content of the file that fails; onLoad, when not nil, is
+// called with the Expiry of each bundle used, the first one included. what names the
+// bundle's use in the log lines.
+func (p *Pool) Watch(ctx context.Context, every time.Duration, log *slog.Logger, what string, onLoad func(expiry time.Time)) {
 	p.src.watch(ctx, every, log, what+": the changed CA bundle does not load; the one before is still used", func(first bool) {
 		msg := "changed CA bundle loaded"
 		if first {
@@ -84,20 +99,19 @@ func (p *Pool) Watch(ctx context.Context, every time.Duration, log *slog.Logger,
 		}
 		certs := p.Certificates()
 		subjects := make([]string, len(certs))
-		soonest := certs[0].NotAfter
 		for i, c := range certs {
 			subjects[i] = c.Subject.String()
-			if c.NotAfter.Before(soonest) {
-				soonest = c.NotAfter
-			}
 		}
 		log.Info(what+": "+msg, "certificates", len(certs), "subjects", strings.Join(subjects, "; "),
-			"first_not_after", soonest.UTC().Format(time.RFC3339))
+			"first_not_after", p.Expiry().UTC().Format(time.RFC3339))
 		for _, c := range certs {
 			if !validNow(c) {
 				log.Warn(what+": a CA certificate in the bundle is not valid now: it verifies nothing", "subject", c.Subject.String(),
 					"not_before", c.NotBefore.UTC().Format(time.RFC3339), "not_after", c.NotAfter.UTC().Format(time.RFC3339))
 			}
+		}
+		if onLoad != nil {
+			onLoad(p.Expiry())
 		}
 	})
 }

@@ -124,14 +124,19 @@ func TestPoolWatchLogsEachChangeAndABrokenOneOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	oldExpiry := pool.Certificates()[0].NotAfter
 	logs := &testio.SyncBuffer{}
+	expiries := make(chan time.Time, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pool.Watch(ctx, time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)), "control plane TLS CA")
+		pool.Watch(ctx, time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)), "control plane TLS CA", func(e time.Time) { expiries <- e })
 	}()
 	defer func() { cancel(); <-done }()
+	if got := <-expiries; !got.Equal(oldExpiry) {
+		t.Fatalf("onLoad at start with %v, want the old CA's expiry %v", got, oldExpiry)
+	}
 	waitFor(t, "the bundle's first log line", func() bool {
 		return strings.Contains(logs.String(), `msg="control plane TLS CA: CA bundle loaded" certificates=1 subjects="CN=old CA"`)
 	})
@@ -152,5 +157,30 @@ func TestPoolWatchLogsEachChangeAndABrokenOneOnce(t *testing.T) {
 	})
 	if !verifies(pool, newLeaf) {
 		t.Fatal("the new CA's leaf does not verify after the change was logged")
+	}
+	select {
+	case got := <-expiries:
+		if want := pool.Expiry(); !got.Equal(want) || got.After(oldExpiry) {
+			t.Errorf("onLoad after the change with %v, want the bundle's first expiry %v, no later than the old CA's %v", got, want, oldExpiry)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no onLoad for the change")
+	}
+}
+
+// TestPoolExpiryIsTheFirstCAToExpire: a bundle's Expiry is its soonest NotAfter, whatever
+// the order in the file: the moment a CA in it stops verifying what it signed.
+func TestPoolExpiryIsTheFirstCAToExpire(t *testing.T) {
+	longer, shorter := testtls.NewCA(t, "longer CA"), testtls.NewCAUntil(t, "shorter CA", time.Now().Add(2*time.Hour))
+	file := filepath.Join(t.TempDir(), "ca.crt")
+	for _, order := range [][]*testtls.CA{{longer, shorter}, {shorter, longer}} {
+		writeBundle(t, file, nil, order...)
+		pool, err := tlsreload.LoadPool(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := pool.Expiry(), shorter.Certificate().NotAfter; !got.Equal(want) {
+			t.Errorf("Expiry of %s then %s: %v, want the shorter CA's %v", order[0].Certificate().Subject, order[1].Certificate().Subject, got, want)
+		}
 	}
 }
