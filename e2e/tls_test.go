@@ -35,18 +35,7 @@ func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
 	other := testtls.NewCA(t, "another CA")
 	otherClient := other.Client(t, "stranger")
 
-	db := storetest.New(t)
-	rdb, layout := testredis.New(t)
-	s := &stack{db: db, rdb: rdb, layout: layout, cpLogs: &testio.SyncBuffer{}}
-	cpEnv := envOf(map[string]string{
-		"TOLLGATE_DATABASE_URL": storetest.URLFor(db.Pool.Config().ConnConfig.Database), "TOLLGATE_REDIS_URL": testredis.URL(),
-		"TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0",
-		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
-		"TOLLGATE_GRPC_TLS_CERT": server.CertFile, "TOLLGATE_GRPC_TLS_KEY": server.KeyFile, "TOLLGATE_GRPC_CLIENT_CA": ca.CertFile,
-	})
-	cp := run(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
-		return cpapp.Run(ctx, []string{"serve"}, cpEnv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
-	})
+	s, cp := startMTLSControlPlane(t, server.CertFile, server.KeyFile, ca.CertFile)
 	// By IP: the certificate lists 127.0.0.1, so no server name is needed; by the
 	// certificate's DNS name through TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME, as a
 	// Service name or a mesh name would be.
@@ -148,6 +137,26 @@ func TestEnforcerTalksToTheControlPlaneOverMTLS(t *testing.T) {
 	})
 }
 
+// startMTLSControlPlane starts the real control plane on a database and Redis prefix of
+// its own, serving its internal API over TLS with the pair in certFile and keyFile and
+// requiring client certificates that a CA of clientCA signed.
+func startMTLSControlPlane(t *testing.T, certFile, keyFile, clientCA string) (*stack, map[string]string) {
+	t.Helper()
+	db := storetest.New(t)
+	rdb, layout := testredis.New(t)
+	s := &stack{db: db, rdb: rdb, layout: layout, cpLogs: &testio.SyncBuffer{}}
+	cpEnv := envOf(map[string]string{
+		"TOLLGATE_DATABASE_URL": storetest.URLFor(db.Pool.Config().ConnConfig.Database), "TOLLGATE_REDIS_URL": testredis.URL(),
+		"TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0",
+		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
+		"TOLLGATE_GRPC_TLS_CERT": certFile, "TOLLGATE_GRPC_TLS_KEY": keyFile, "TOLLGATE_GRPC_CLIENT_CA": clientCA,
+	})
+	cp := run(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
+		return cpapp.Run(ctx, []string{"serve"}, cpEnv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
+	})
+	return s, cp
+}
+
 // serverSerial shakes hands with the TLS server at addr, trusting ca and presenting the
 // client pair, and returns the serial of the certificate it presented.
 func serverSerial(t *testing.T, addr string, ca *testtls.CA, client testtls.Pair) string {
@@ -184,15 +193,11 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	oldCA, newCA := testtls.NewCA(t, "old internal CA"), testtls.NewCAUntil(t, "new internal CA", time.Now().Add(48*time.Hour))
 	dir := t.TempDir()
 	file := func(name string) string { return filepath.Join(dir, name) }
-	put := func(to string, from ...string) {
+	put := func(to, from string) {
 		t.Helper()
-		var b []byte
-		for _, f := range from {
-			c, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b = append(b, c...)
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if err := os.WriteFile(to, b, 0o600); err != nil {
 			t.Fatal(err)
@@ -203,26 +208,16 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	// the control plane's certificate against).
 	cpCert, cpKey, cpCA := file("cp-tls.crt"), file("cp-tls.key"), file("cp-ca.crt")
 	enfCert, enfKey, enfCA := file("enf-tls.crt"), file("enf-tls.key"), file("enf-ca.crt")
-	oldServer, oldClient := oldCA.Server(t), oldCA.Client(t, "enforcer")
-	put(cpCert, oldServer.CertFile)
-	put(cpKey, oldServer.KeyFile)
-	put(cpCA, oldCA.CertFile)
-	put(enfCert, oldClient.CertFile)
-	put(enfKey, oldClient.KeyFile)
-	put(enfCA, oldCA.CertFile)
-
-	db := storetest.New(t)
-	rdb, layout := testredis.New(t)
-	s := &stack{db: db, rdb: rdb, layout: layout, cpLogs: &testio.SyncBuffer{}}
-	cpEnv := envOf(map[string]string{
-		"TOLLGATE_DATABASE_URL": storetest.URLFor(db.Pool.Config().ConnConfig.Database), "TOLLGATE_REDIS_URL": testredis.URL(),
-		"TOLLGATE_REDIS_PREFIX": layout.Prefix, "TOLLGATE_HTTP_ADDR": "127.0.0.1:0", "TOLLGATE_GRPC_ADDR": "127.0.0.1:0",
-		"TOLLGATE_ADMIN_ADDR": "127.0.0.1:0", "TOLLGATE_INTERNAL_TOKEN": internalToken, "TOLLGATE_SHUTDOWN_TIMEOUT": "5s", "TOLLGATE_SHUTDOWN_DELAY": "0s",
-		"TOLLGATE_GRPC_TLS_CERT": cpCert, "TOLLGATE_GRPC_TLS_KEY": cpKey, "TOLLGATE_GRPC_CLIENT_CA": cpCA,
-	})
-	cp := run(t, "control plane", 3, s.cpLogs, func(ctx context.Context) error {
-		return cpapp.Run(ctx, []string{"serve"}, cpEnv, cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: s.cpLogs})
-	})
+	// issueFrom writes ca's new pairs and ca alone, as the bundles, into both Secrets.
+	issueFrom := func(ca *testtls.CA) {
+		server, client := ca.Server(t), ca.Client(t, "enforcer")
+		for _, f := range [][2]string{{cpCA, ca.CertFile}, {enfCA, ca.CertFile}, {cpKey, server.KeyFile}, {cpCert, server.CertFile},
+			{enfKey, client.KeyFile}, {enfCert, client.CertFile}} {
+			put(f[0], f[1])
+		}
+	}
+	issueFrom(oldCA)
+	s, cp := startMTLSControlPlane(t, cpCert, cpKey, cpCA)
 	g := newGate(t, cp["grpc"]) // to cut the enforcer's connection
 	g.Open()
 	enf, enfLogs := startEnforcerAddrs(t, s, g.ln.Addr().String(), internalToken, map[string]string{
@@ -261,13 +256,7 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	}
 	caExpiries(oldCA)
 
-	newServer, newClient := newCA.Server(t), newCA.Client(t, "enforcer")
-	put(cpCA, newCA.CertFile)
-	put(enfCA, newCA.CertFile)
-	put(cpKey, newServer.KeyFile)
-	put(cpCert, newServer.CertFile)
-	put(enfKey, newClient.KeyFile)
-	put(enfCert, newClient.CertFile)
+	issueFrom(newCA)
 	for _, l := range []struct {
 		logs *testio.SyncBuffer
 		line string

@@ -32,6 +32,18 @@ func writeBundle(t *testing.T, file string, extra []byte, cas ...*testtls.CA) {
 	}
 }
 
+// loadBundle writes the CAs to a bundle file of its own and loads it.
+func loadBundle(t *testing.T, cas ...*testtls.CA) (string, *tlsreload.Pool) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "ca.crt")
+	writeBundle(t, file, nil, cas...)
+	pool, err := tlsreload.LoadPool(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, pool
+}
+
 // verifies reports whether leaf verifies against the pool's bundle as now loaded.
 func verifies(pool *tlsreload.Pool, leaf *x509.Certificate) bool {
 	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool.CertPool()})
@@ -77,12 +89,7 @@ func TestPoolFollowsAChangeOfCA(t *testing.T) {
 	oldCA, newCA := testtls.NewCA(t, "old CA"), testtls.NewCA(t, "new CA")
 	_, oldLeaf := issue(t, oldCA)
 	_, newLeaf := issue(t, newCA)
-	file := filepath.Join(t.TempDir(), "ca.crt")
-	writeBundle(t, file, nil, oldCA)
-	pool, err := tlsreload.LoadPool(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, pool := loadBundle(t, oldCA)
 	if !verifies(pool, oldLeaf) || verifies(pool, newLeaf) {
 		t.Fatalf("the old CA's bundle: the old CA's leaf verifies %v, the new one's %v; want true, false", verifies(pool, oldLeaf), verifies(pool, newLeaf))
 	}
@@ -118,12 +125,7 @@ func TestPoolFollowsAChangeOfCA(t *testing.T) {
 func TestPoolWatchLogsEachChangeAndABrokenOneOnce(t *testing.T) {
 	oldCA, newCA := testtls.NewCA(t, "old CA"), testtls.NewCA(t, "new CA")
 	_, newLeaf := issue(t, newCA)
-	file := filepath.Join(t.TempDir(), "ca.crt")
-	writeBundle(t, file, nil, oldCA)
-	pool, err := tlsreload.LoadPool(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, pool := loadBundle(t, oldCA)
 	oldExpiry := pool.Certificates()[0].NotAfter
 	logs := &testio.SyncBuffer{}
 	expiries := make(chan time.Time, 10)
@@ -172,13 +174,8 @@ func TestPoolWatchLogsEachChangeAndABrokenOneOnce(t *testing.T) {
 // the order in the file: the moment a CA in it stops verifying what it signed.
 func TestPoolExpiryIsTheFirstCAToExpire(t *testing.T) {
 	longer, shorter := testtls.NewCA(t, "longer CA"), testtls.NewCAUntil(t, "shorter CA", time.Now().Add(2*time.Hour))
-	file := filepath.Join(t.TempDir(), "ca.crt")
 	for _, order := range [][]*testtls.CA{{longer, shorter}, {shorter, longer}} {
-		writeBundle(t, file, nil, order...)
-		pool, err := tlsreload.LoadPool(file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, pool := loadBundle(t, order...)
 		if got, want := pool.Expiry(), shorter.Certificate().NotAfter; !got.Equal(want) {
 			t.Errorf("Expiry of %s then %s: %v, want the shorter CA's %v", order[0].Certificate().Subject, order[1].Certificate().Subject, got, want)
 		}
