@@ -908,13 +908,54 @@ route i's as route-{i}.
 {{/*
 TLS between the programs (internalTLS; README: "TLS between the programs"). Each
 side mounts its Secret at a fixed path and names the files in its environment.
+With internalTLS.caBundle.configMap, the CA bundles both sides trust come from that
+ConfigMap instead (a trust-manager Bundle's target, holding the old and the new CA
+during a change of CA), mounted whole at caDir: the kubelet updates no subPath mount.
 */}}
 {{- define "tollgate.internalTLS.controlplaneDir" -}}/etc/tollgate/internal-tls{{- end -}}
 {{- define "tollgate.internalTLS.enforcerDir" -}}/etc/tollgate/controlplane-tls{{- end -}}
+{{- define "tollgate.internalTLS.caDir" -}}/etc/tollgate/internal-ca{{- end -}}
+
+{{/*
+The ConfigMap of internalTLS.caBundle, or "" for each Secret's ca.crt. Absent, not only
+empty, after `helm upgrade --reuse-values` from a release older than the value.
+*/}}
+{{- define "tollgate.internalTLS.caBundle" -}}
+{{- $t := .Values.internalTLS -}}
+{{- $name := dig "caBundle" "configMap" "" $t -}}
+{{- if and $name (not $t.enabled) -}}
+{{- fail "internalTLS.caBundle.configMap needs TLS between the programs: internalTLS.enabled, with internalTLS.controlplaneSecret and internalTLS.enforcerSecret" -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* The CA bundle file a side trusts: (dict "ctx" $ "dir" its Secret's mount path). */}}
+{{- define "tollgate.internalTLS.caFile" -}}
+{{- if include "tollgate.internalTLS.caBundle" .ctx -}}
+{{- include "tollgate.internalTLS.caDir" .ctx }}/{{ dig "caBundle" "key" "" .ctx.Values.internalTLS | default "ca.crt" }}
+{{- else -}}
+{{- .dir }}/ca.crt
+{{- end -}}
+{{- end -}}
+
+{{/* The volume of internalTLS.caBundle: the ConfigMap, every key. */}}
+{{- define "tollgate.internalTLS.caVolume" -}}
+- name: internal-ca
+  configMap:
+    name: {{ include "tollgate.internalTLS.caBundle" . }}
+{{- end -}}
+
+{{/* Its mount, read-only, the whole directory. */}}
+{{- define "tollgate.internalTLS.caVolumeMount" -}}
+- name: internal-ca
+  mountPath: {{ include "tollgate.internalTLS.caDir" . }}
+  readOnly: true
+{{- end -}}
 
 {{/* The control plane's environment for serving the internal API over TLS. */}}
 {{- define "tollgate.internalTLS.controlplaneEnv" -}}
 {{- $t := .Values.internalTLS -}}
+{{- $_ := include "tollgate.internalTLS.caBundle" . }}
 {{- if $t.enabled }}
 {{- $dir := include "tollgate.internalTLS.controlplaneDir" . }}
 - name: TOLLGATE_GRPC_TLS_CERT
@@ -923,7 +964,7 @@ side mounts its Secret at a fixed path and names the files in its environment.
   value: "{{ $dir }}/tls.key"
 {{- if $t.mtls }}
 - name: TOLLGATE_GRPC_CLIENT_CA
-  value: "{{ $dir }}/ca.crt"
+  value: "{{ include "tollgate.internalTLS.caFile" (dict "ctx" . "dir" $dir) }}"
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -931,10 +972,11 @@ side mounts its Secret at a fixed path and names the files in its environment.
 {{/* The enforcer's environment for dialing the internal API over TLS. */}}
 {{- define "tollgate.internalTLS.enforcerEnv" -}}
 {{- $t := .Values.internalTLS -}}
+{{- $_ := include "tollgate.internalTLS.caBundle" . }}
 {{- if $t.enabled }}
 {{- $dir := include "tollgate.internalTLS.enforcerDir" . }}
 - name: TOLLGATE_CONTROLPLANE_TLS_CA
-  value: "{{ $dir }}/ca.crt"
+  value: "{{ include "tollgate.internalTLS.caFile" (dict "ctx" . "dir" $dir) }}"
 {{- if $t.mtls }}
 - name: TOLLGATE_CONTROLPLANE_TLS_CERT
   value: "{{ $dir }}/tls.crt"
@@ -948,31 +990,37 @@ side mounts its Secret at a fixed path and names the files in its environment.
 {{- end }}
 {{- end -}}
 
-{{/* The control plane container's volume mounts: TLS, then extraVolumeMounts. */}}
+{{/* The control plane container's volume mounts: TLS (with mTLS, the CA bundle's ConfigMap when given), then extraVolumeMounts. */}}
 {{- define "tollgate.controlplane.volumeMounts" -}}
 {{- if .Values.internalTLS.enabled }}
 - name: internal-tls
   mountPath: {{ include "tollgate.internalTLS.controlplaneDir" . }}
   readOnly: true
+{{- if and .Values.internalTLS.mtls (include "tollgate.internalTLS.caBundle" .) }}
+{{ include "tollgate.internalTLS.caVolumeMount" . }}
+{{- end }}
 {{- end }}
 {{- with .Values.controlplane.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
 
-{{/* The control plane pod's volumes: TLS, then extraVolumes. */}}
+{{/* The control plane pod's volumes: TLS (with mTLS, the CA bundle's ConfigMap when given), then extraVolumes. */}}
 {{- define "tollgate.controlplane.volumes" -}}
 {{- if .Values.internalTLS.enabled }}
 - name: internal-tls
   secret:
     secretName: {{ .Values.internalTLS.controlplaneSecret }}
+{{- if and .Values.internalTLS.mtls (include "tollgate.internalTLS.caBundle" .) }}
+{{ include "tollgate.internalTLS.caVolume" . }}
+{{- end }}
 {{- end }}
 {{- with .Values.controlplane.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer container's volume mounts: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS, then extraVolumeMounts. */}}
+{{/* The enforcer container's volume mounts: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS (and the CA bundle's ConfigMap when given), then extraVolumeMounts. */}}
 {{- define "tollgate.enforcer.volumeMounts" -}}
 {{- include "tollgate.gateway.volumeMounts" . }}
 {{- include "tollgate.gateway.tlsVolumeMount" . }}
@@ -984,13 +1032,16 @@ side mounts its Secret at a fixed path and names the files in its environment.
 - name: controlplane-tls
   mountPath: {{ include "tollgate.internalTLS.enforcerDir" . }}
   readOnly: true
+{{- if include "tollgate.internalTLS.caBundle" . }}
+{{ include "tollgate.internalTLS.caVolumeMount" . }}
+{{- end }}
 {{- end }}
 {{- with .Values.enforcer.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer pod's volumes: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS, then extraVolumes. */}}
+{{/* The enforcer pod's volumes: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS (and the CA bundle's ConfigMap when given), then extraVolumes. */}}
 {{- define "tollgate.enforcer.volumes" -}}
 {{- include "tollgate.gateway.volumes" . }}
 {{- include "tollgate.gateway.tlsVolume" . }}
@@ -999,6 +1050,9 @@ side mounts its Secret at a fixed path and names the files in its environment.
 - name: controlplane-tls
   secret:
     secretName: {{ .Values.internalTLS.enforcerSecret }}
+{{- if include "tollgate.internalTLS.caBundle" . }}
+{{ include "tollgate.internalTLS.caVolume" . }}
+{{- end }}
 {{- end }}
 {{- with .Values.enforcer.extraVolumes }}
 {{ toYaml . }}
