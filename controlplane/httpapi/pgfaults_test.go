@@ -107,13 +107,13 @@ func TestWriteKilledMidTransaction(t *testing.T) {
 				killer := storetest.Conn(t, e.Store)
 				done := inBackground(func() *apitest.Resp { return e.Do(t, tc.method, tc.path, tc.body, tc.as...) })
 				for range n {
-					storetest.WaitForLockWaiters(t, killer, 1)
-					if k := storetest.TerminateLockWaiters(t, killer); k != 1 {
-						t.Fatalf("killed %d backends", k)
+					storetest.WaitForTableLockWaiters(t, killer, "audit_events", 1)
+					if k := storetest.TerminateTableLockWaiters(t, killer, "audit_events"); k != 1 {
+						t.Fatalf("killed %d backends; the database's:\n%s", k, storetest.Activity(t, killer))
 					}
 				}
 				if n == 1 {
-					storetest.WaitForLockWaiters(t, killer, 1) // the request's second attempt
+					storetest.WaitForTableLockWaiters(t, killer, "audit_events", 1) // the request's second attempt
 				}
 				release()
 				return await(t, done, release)

@@ -109,18 +109,48 @@ func waitFor(t testing.TB, cond func() bool, format string, args ...any) {
 	}
 }
 
-// TerminateLockWaiters kills (pg_terminate_backend) every backend of c's database that
-// waits for a lock, as an operator, a failover or a crashed Postgres backend would end
-// it mid-transaction, and answers how many it killed, once they have ended (a killed
-// backend is no longer a lock waiter when it returns).
-func TerminateLockWaiters(t testing.TB, c *pgx.Conn) int {
+// tableLockWaiters selects the backends of the current database waiting for a lock on
+// the table $1. Matching the relation, not any lock wait: another backend's wait of a
+// moment (a row or an advisory lock) counted as the request's made a test kill nothing.
+const tableLockWaiters = `SELECT pid FROM pg_locks WHERE NOT granted AND locktype = 'relation'
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND relation = $1::regclass`
+
+// WaitForTableLockWaiters polls (every 10 ms, failing after 30 s) until n backends of
+// c's database wait for a lock on table.
+func WaitForTableLockWaiters(t testing.TB, c *pgx.Conn, table string, n int) {
+	t.Helper()
+	waitFor(t, func() bool {
+		var got int
+		if err := c.QueryRow(context.Background(), `SELECT count(*) FROM (`+tableLockWaiters+`) w`, table).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got >= n
+	}, "%d backends waiting for a lock on %s", n, table)
+}
+
+// TerminateTableLockWaiters kills (pg_terminate_backend) every backend of c's database
+// that waits for a lock on table, as an operator, a failover or a crashed Postgres
+// backend would end it mid-transaction, and answers how many it killed, once they have
+// ended (a killed backend is no longer a lock waiter when it returns).
+func TerminateTableLockWaiters(t testing.TB, c *pgx.Conn, table string) int {
 	t.Helper()
 	var n int
-	if err := c.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid, 30000)) FROM pg_stat_activity
-		WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+	if err := c.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid, 30000)) FROM (`+tableLockWaiters+`) w`, table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Activity describes the backends of c's database other than c's own (pid, state, wait
+// event, the query's start), for a test's failure message.
+func Activity(t testing.TB, c *pgx.Conn) string {
+	t.Helper()
+	var s string
+	if err := c.QueryRow(context.Background(), `SELECT coalesce(string_agg(format('%s %s %s:%s %s', pid, state, wait_event_type, wait_event, left(query, 80)), E'\n'), '')
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // ReadOnly makes st's database refuse writes, as a standby does (ALTER DATABASE ... SET
