@@ -58,21 +58,23 @@ func readyz(t *testing.T, admin string) (int, string) {
 }
 
 // gate is a TCP proxy to the control plane that refuses connections until opened, and
-// can cut the connections it relays.
+// can cut the connections it relays. Given several targets, it sends each connection to
+// the next, as a Service's proxy spreads connections over its endpoints.
 type gate struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	open   bool
-	conns  map[net.Conn]bool // both ends of each relayed connection
+	ln      net.Listener
+	targets []string
+	mu      sync.Mutex
+	open    bool
+	conns   map[net.Conn]bool // both ends of each relayed connection
+	relayed int               // connections relayed so far
 }
 
-func newGate(t *testing.T, target string) *gate {
+func newGate(t *testing.T, targets ...string) *gate {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	g := &gate{ln: ln, targets: targets, conns: map[net.Conn]bool{}}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -81,7 +83,10 @@ func newGate(t *testing.T, target string) *gate {
 				return
 			}
 			g.mu.Lock()
-			open := g.open
+			open, target := g.open, g.targets[g.relayed%len(g.targets)]
+			if open {
+				g.relayed++
+			}
 			g.mu.Unlock()
 			if !open {
 				c.Close()
@@ -106,6 +111,13 @@ func (g *gate) Open() {
 	g.mu.Lock()
 	g.open = true
 	g.mu.Unlock()
+}
+
+// Relayed is the number of connections the gate has relayed.
+func (g *gate) Relayed() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.relayed
 }
 
 // Cut closes every connection relayed so far, as a control plane's restart or a

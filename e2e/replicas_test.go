@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"strconv"
@@ -384,4 +385,75 @@ func memberIDs(ps []party) []string {
 		out[i] = p.memberID
 	}
 	return out
+}
+
+// TestEnforcerSpreadsOverControlPlaneReplicas: an enforcer keeps one gRPC connection to
+// the internal API, and a Service gives each new connection to one replica, so without
+// an end to connections a replica added by a scale-up or a rollout gets no enforcer's
+// calls. With TOLLGATE_GRPC_MAX_CONNECTION_AGE (here 1s) the control plane asks the
+// enforcer to reconnect at that age, its calls finished first. Two control planes behind
+// a proxy that alternates connections between them (as a Service's proxy spreads them),
+// and an enforcer admitting and settling requests for 6 s: both replicas answer Start
+// calls, the enforcer opened several connections, and no request failed (a reconnection
+// is no outage).
+func TestEnforcerSpreadsOverControlPlaneReplicas(t *testing.T) {
+	t.Parallel()
+	s := startStack(t) // a control plane for the set-up, and an idle enforcer
+	o := s.setUpOrg(t)
+	key := s.apiKey(t, o, s.invite(t, o, "spread"))
+
+	vars := maps.Clone(s.cpVars)
+	vars["TOLLGATE_GRPC_MAX_CONNECTION_AGE"] = "1s"
+	replicas := make([]map[string]string, 2)
+	for i := range replicas {
+		logs := &testio.SyncBuffer{}
+		replicas[i] = run(t, fmt.Sprintf("control plane replica %d", i+1), 3, logs, func(ctx context.Context) error {
+			return cpapp.Run(ctx, []string{"serve"}, envOf(vars), cpapp.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: logs})
+		})
+	}
+	service := newGate(t, replicas[0]["grpc"], replicas[1]["grpc"])
+	service.Open()
+	enf := s.startEnforcer(t, map[string]string{"TOLLGATE_CONTROLPLANE_ADDR": service.ln.Addr().String(),
+		"TOLLGATE_FAILURE_MODE": "closed", "TOLLGATE_ENFORCER_SETTLE_LINGER": "5ms"})
+
+	post := func(path, key, body string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, enf.http+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		return res, err
+	}
+	var admitted int
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		res, err := post("/check", key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.Header.Get("X-Service-Request-Id")
+		if res.StatusCode != http.StatusOK || id == "" {
+			t.Fatalf("check %d: %d (request id %q): a reconnection failed a request", admitted+1, res.StatusCode, id)
+		}
+		admitted++
+		body := fmt.Sprintf(`{"requestId":%q,"model":"gpt-4o-mini","inputTokens":100,"outputTokens":10,"complete":true}`, id)
+		if res, err := post("/settle", "", body); err != nil || res.StatusCode/100 != 2 {
+			t.Fatalf("settle %d: %v %v", admitted, res, err)
+		}
+	}
+	for i, r := range replicas {
+		if n := metricAt(t, "http://"+r["admin"], "tollgate_controlplane_internal_rpcs_total", `method="Start"`, `code="OK"`); n == 0 {
+			t.Errorf("replica %d answered no Start call of %d admitted requests (the enforcer made %d connections)", i+1, admitted, service.Relayed())
+		}
+	}
+	if n := service.Relayed(); n < 3 {
+		t.Errorf("the enforcer made %d connections in 6 s at a connection age of 1 s", n)
+	}
+	t.Logf("%d requests admitted and settled over %d connections", admitted, service.Relayed())
 }

@@ -32,19 +32,20 @@ func envOf(m map[string]string) func(string) string {
 func TestConfigReportsEveryProblem(t *testing.T) {
 	var stderr bytes.Buffer
 	err := app.Run(context.Background(), []string{"serve"}, envOf(map[string]string{
-		"TOLLGATE_DATABASE_URL":          "mysql://x",
-		"TOLLGATE_HTTP_ADDR":             "nonsense",
-		"TOLLGATE_LOG_FORMAT":            "xml",
-		"TOLLGATE_SESSION_TTL":           "forever",
-		"TOLLGATE_PLATFORM_ADMIN_EMAILS": "root@example.test, not-an-email",
-		"TOLLGATE_SHUTDOWN_TIMEOUT":      "5s",
-		"TOLLGATE_SHUTDOWN_DELAY":        "5s",
+		"TOLLGATE_DATABASE_URL":            "mysql://x",
+		"TOLLGATE_HTTP_ADDR":               "nonsense",
+		"TOLLGATE_LOG_FORMAT":              "xml",
+		"TOLLGATE_SESSION_TTL":             "forever",
+		"TOLLGATE_PLATFORM_ADMIN_EMAILS":   "root@example.test, not-an-email",
+		"TOLLGATE_SHUTDOWN_TIMEOUT":        "5s",
+		"TOLLGATE_SHUTDOWN_DELAY":          "5s",
+		"TOLLGATE_GRPC_MAX_CONNECTION_AGE": "500ms",
 	}), app.IO{Stdout: io.Discard, Stderr: &stderr})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
 	for _, want := range []string{"TOLLGATE_DATABASE_URL", "TOLLGATE_HTTP_ADDR", "TOLLGATE_LOG_FORMAT", "TOLLGATE_SESSION_TTL", "not-an-email",
-		"TOLLGATE_SHUTDOWN_DELAY: 5s must be below TOLLGATE_SHUTDOWN_TIMEOUT (5s)"} {
+		"TOLLGATE_SHUTDOWN_DELAY: 5s must be below TOLLGATE_SHUTDOWN_TIMEOUT (5s)", "TOLLGATE_GRPC_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

@@ -40,6 +40,12 @@ type Config struct {
 	GRPCTLSCert  string
 	GRPCTLSKey   string
 	GRPCClientCA string
+	// GRPCMaxConnectionAge is how long an enforcer's connection to the internal API
+	// lasts before the control plane asks it to make another, finishing the calls on it
+	// (TOLLGATE_GRPC_MAX_CONNECTION_AGE; 0: for ever). An enforcer keeps one connection,
+	// to whichever replica behind the Service took it: without an end, a replica added
+	// by a scale-up or a rollout gets no enforcer's calls until a connection breaks.
+	GRPCMaxConnectionAge time.Duration
 	// AccountingLanes, AccountingMaxBatch and AccountingMaxDelay tune the group commit
 	// of starts and settlements (TOLLGATE_ACCOUNTING_LANES, _MAX_BATCH, _MAX_DELAY).
 	AccountingLanes    int
@@ -201,6 +207,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", getenv("TOLLGATE_GRPC_TLS_CERT"), "PEM certificate of the internal gRPC API; with --grpc-tls-key, serve it over TLS, the files read again every 10s (TOLLGATE_GRPC_TLS_CERT)")
 		fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", getenv("TOLLGATE_GRPC_TLS_KEY"), "PEM private key of --grpc-tls-cert (TOLLGATE_GRPC_TLS_KEY)")
 		fs.StringVar(&c.GRPCClientCA, "grpc-client-ca", getenv("TOLLGATE_GRPC_CLIENT_CA"), "PEM CA bundle, read again every 10s; enforcers must present a client certificate it signed (mTLS) (TOLLGATE_GRPC_CLIENT_CA)")
+		fs.DurationVar(&c.GRPCMaxConnectionAge, "grpc-max-connection-age", durationEnv("TOLLGATE_GRPC_MAX_CONNECTION_AGE", DefaultGRPCMaxConnectionAge), "how long an enforcer's connection to the internal API lasts (give or take a tenth) before it is asked to reconnect, its calls finished first, so that enforcers spread over the replicas behind a Service; 0: for ever (TOLLGATE_GRPC_MAX_CONNECTION_AGE)")
 		fs.IntVar(&c.AccountingLanes, "accounting-lanes", intEnv("TOLLGATE_ACCOUNTING_LANES", ledger.DefaultConfig.Lanes), "transactions committing starts (and, separately, settlements) at once (TOLLGATE_ACCOUNTING_LANES)")
 		fs.IntVar(&c.AccountingMaxBatch, "accounting-max-batch", intEnv("TOLLGATE_ACCOUNTING_MAX_BATCH", ledger.DefaultConfig.MaxBatch), "most starts or settlements in one transaction (TOLLGATE_ACCOUNTING_MAX_BATCH)")
 		fs.DurationVar(&c.AccountingMaxDelay, "accounting-max-delay", durationEnv("TOLLGATE_ACCOUNTING_MAX_DELAY", ledger.DefaultConfig.MaxDelay), "how long a batch waits for more items when traffic is thin (TOLLGATE_ACCOUNTING_MAX_DELAY)")
@@ -359,6 +366,9 @@ func (c Config) validate(k knobs) []string {
 	}
 	if c.GRPCClientCA != "" && c.GRPCTLSCert == "" {
 		p = append(p, "TOLLGATE_GRPC_CLIENT_CA: mTLS needs TOLLGATE_GRPC_TLS_CERT and TOLLGATE_GRPC_TLS_KEY too")
+	}
+	if c.GRPCMaxConnectionAge != 0 && c.GRPCMaxConnectionAge < time.Second {
+		p = append(p, "TOLLGATE_GRPC_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s")
 	}
 	if c.AccountingLanes < 1 || c.AccountingLanes > 64 {
 		p = append(p, "TOLLGATE_ACCOUNTING_LANES: must be 1 to 64")

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 	"github.com/tollgate-dev/tollgate/controlplane/internalapi"
@@ -155,6 +156,13 @@ func New(d Deps) (*ControlPlane, error) {
 	// handshakeTimeout: until then it would hold up GracefulStop and even Stop (grpc's
 	// default is 2 minutes), so a port scan could not delay a shutdown past it.
 	grpcOpts := append(c.Internal.ServerOptions(), grpc.ConnectionTimeout(handshakeTimeout))
+	if age := cfg.GRPCMaxConnectionAge; age > 0 {
+		// gRPC sends the client a GOAWAY at the age (jittered by a tenth, so that
+		// enforcers started together do not reconnect together); the calls on the
+		// connection have maxConnectionAgeGrace to finish, and the enforcer's next call
+		// opens a new connection, which the Service may give to another replica.
+		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: maxConnectionAgeGrace}))
+	}
 	if creds != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(creds))
 	}
@@ -190,6 +198,17 @@ func databaseReady(ctx context.Context, st *store.Store) error {
 
 // handshakeTimeout bounds a gRPC connection's handshake (TLS included).
 const handshakeTimeout = 10 * time.Second
+
+// DefaultGRPCMaxConnectionAge is TOLLGATE_GRPC_MAX_CONNECTION_AGE's default: a replica
+// added behind the Service gets its share of the enforcers within about five minutes,
+// at the cost of one reconnection an enforcer in that time (a TCP and TLS handshake
+// before one call).
+const DefaultGRPCMaxConnectionAge = 5 * time.Minute
+
+// maxConnectionAgeGrace is how long the calls on a connection past its age have to
+// finish: every internal call is unary and bounded by its caller's deadline (5 s for a
+// settlement batch, less for the others).
+const maxConnectionAgeGrace = 30 * time.Second
 
 // Listeners are the three sockets the control plane serves.
 type Listeners struct{ REST, GRPC, Admin net.Listener }
