@@ -422,7 +422,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	errc := make(chan error, 4)
 	var gwSrv *http.Server
 	if e.Gateway != nil && lns.Gateway != nil {
-		gwSrv = newGatewayServer(e.Gateway, e.cfg.GatewayTLS, e.log)
+		gwSrv = newGatewayServer(e.Gateway, e.cfg.GatewayTLS, e.cfg.GatewayMaxConnectionAge, e.log)
 		if pair := e.cfg.GatewayTLS; pair != nil {
 			loops.Go(ctx, "gateway TLS reload", func(ctx context.Context) error {
 				pair.Watch(ctx, tlsreload.Interval, e.log, "gateway TLS", e.Metrics.GatewayTLSLoaded)

@@ -150,6 +150,11 @@ type Config struct {
 	// GatewayTLS is the gateway's certificate (TOLLGATE_GATEWAY_TLS_CERT and _KEY),
 	// read again every tlsreload.Interval; nil: the gateway serves plain HTTP and h2c.
 	GatewayTLS *tlsreload.Pair
+	// GatewayMaxConnectionAge ends each client connection of the gateway at that age,
+	// by its first response past it (TOLLGATE_GATEWAY_MAX_CONNECTION_AGE; 0: for ever;
+	// package connage), so that clients keeping their connections spread again over
+	// the enforcers behind a Service.
+	GatewayMaxConnectionAge time.Duration
 }
 
 // Defaults of the address knobs.

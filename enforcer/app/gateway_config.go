@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/pkg/connage"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
@@ -20,6 +21,7 @@ type gatewayFlags struct {
 	addr, upstream, authorization, authorizationFile, routesFile string
 	tlsCert, tlsKey                                              string
 	maxBody, maxStreams                                          int
+	maxConnAge                                                   time.Duration
 	cfg                                                          gateway.Config
 }
 
@@ -40,6 +42,7 @@ func (g *gatewayFlags) register(fs *flag.FlagSet, e *envflag.Env) {
 	fs.DurationVar(&g.cfg.BodyTimeout, "gateway-body-timeout", e.Duration("TOLLGATE_GATEWAY_BODY_TIMEOUT", gateway.DefaultBodyTimeout), "longest wait for a request's body, read before its check; 408 after it, the request's slot freed (an upload streams after its check without it) (TOLLGATE_GATEWAY_BODY_TIMEOUT)")
 	fs.BoolVar(&g.cfg.ServerTiming, "gateway-server-timing", e.Bool("TOLLGATE_GATEWAY_SERVER_TIMING"), "add a Server-Timing header (the admission check's, the usage record read's and the durable start's milliseconds) to the gateway's answers (TOLLGATE_GATEWAY_SERVER_TIMING)")
 	fs.BoolVar(&g.cfg.AccessLog, "gateway-access-log", e.Bool("TOLLGATE_GATEWAY_ACCESS_LOG"), "log a line, at level info, for every request the gateway answers: method, path, status, outcome, request id, member, timings and the usage the upstream reported; never a credential or a body (TOLLGATE_GATEWAY_ACCESS_LOG)")
+	fs.DurationVar(&g.maxConnAge, "gateway-max-connection-age", e.Duration("TOLLGATE_GATEWAY_MAX_CONNECTION_AGE", DefaultGatewayMaxConnectionAge), "how long a client's connection to the gateway lasts (give or take a tenth) before its next response closes it (HTTP/1.1: Connection: close; HTTP/2: a GOAWAY, its streams finished), so that clients spread over the enforcers behind a Service; 0: for ever (TOLLGATE_GATEWAY_MAX_CONNECTION_AGE)")
 	fs.IntVar(&g.maxStreams, "gateway-max-streams", e.Int("TOLLGATE_GATEWAY_MAX_STREAMS", gateway.DefaultMaxStreams), "most requests the gateway proxies at once; more are 503 (TOLLGATE_GATEWAY_MAX_STREAMS)")
 }
 
@@ -102,10 +105,19 @@ func (g *gatewayFlags) finish(c *Config, getenv func(string) string) []string {
 			p = append(p, x.name+": must be positive")
 		}
 	}
+	if g.maxConnAge != 0 && g.maxConnAge < time.Second {
+		p = append(p, "TOLLGATE_GATEWAY_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s")
+	}
 	cfg.MaxBodyBytes, cfg.MaxStreams = int64(g.maxBody), g.maxStreams
-	c.Gateway = cfg
+	c.Gateway, c.GatewayMaxConnectionAge = cfg, g.maxConnAge
 	return p
 }
+
+// DefaultGatewayMaxConnectionAge is TOLLGATE_GATEWAY_MAX_CONNECTION_AGE's default: an
+// enforcer added behind the Service gets its share of clients that keep their
+// connections within about five minutes, at the cost of one new connection a client in
+// that time.
+const DefaultGatewayMaxConnectionAge = 5 * time.Minute
 
 func hasPrefix(rs []gateway.Route, prefix string) bool {
 	for _, r := range rs {
@@ -122,10 +134,12 @@ func hasPrefix(rs []gateway.Route, prefix string) bool {
 // the client's ALPN asks (a WebSocket, OpenAI's Realtime API, takes HTTP/1.1: the server
 // does not offer WebSockets over HTTP/2), TLS 1.2 at least, each handshake with the
 // certificate pair holds then. It has no write or read timeout: a response streams
-// as long as the upstream sends (the gateway's idle timeout cuts silent ones).
-func newGatewayServer(h http.Handler, pair *tlsreload.Pair, log *slog.Logger) *http.Server {
+// as long as the upstream sends (the gateway's idle timeout cuts silent ones). Each client
+// connection ends at maxAge (0: never), by its first response past it (package connage).
+func newGatewayServer(h http.Handler, pair *tlsreload.Pair, maxAge time.Duration, log *slog.Logger) *http.Server {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		Protocols: new(http.Protocols), ErrorLog: logging.ServerLog(log, "gateway")}
+	connage.Apply(srv, maxAge)
 	srv.Protocols.SetHTTP1(true)
 	if pair == nil {
 		srv.Protocols.SetUnencryptedHTTP2(true)

@@ -52,6 +52,8 @@ func TestGatewayConfig(t *testing.T) {
 			"TOLLGATE_GATEWAY_MAX_STREAMS": "0"}, problem: "TOLLGATE_GATEWAY_MAX_STREAMS: must be positive"},
 		{name: "no time for a body", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
 			"TOLLGATE_GATEWAY_BODY_TIMEOUT": "0s"}, problem: "TOLLGATE_GATEWAY_BODY_TIMEOUT: must be positive"},
+		{name: "a connection age too short", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
+			"TOLLGATE_GATEWAY_MAX_CONNECTION_AGE": "100ms"}, problem: "TOLLGATE_GATEWAY_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s"},
 		{name: "a bad Server-Timing switch", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
 			"TOLLGATE_GATEWAY_SERVER_TIMING": "sometimes"}, problem: "TOLLGATE_GATEWAY_SERVER_TIMING"},
 		{name: "a bad access-log switch", env: map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://x",
@@ -180,7 +182,7 @@ func TestGatewayTLSConfig(t *testing.T) {
 			if (c.GatewayTLS != nil) != (tc.env["TOLLGATE_GATEWAY_TLS_CERT"] != "") {
 				t.Fatalf("GatewayTLS %v with TOLLGATE_GATEWAY_TLS_CERT %q", c.GatewayTLS, tc.env["TOLLGATE_GATEWAY_TLS_CERT"])
 			}
-			srv := newGatewayServer(http.NotFoundHandler(), c.GatewayTLS, slog.New(slog.DiscardHandler))
+			srv := newGatewayServer(http.NotFoundHandler(), c.GatewayTLS, 0, slog.New(slog.DiscardHandler))
 			if c.GatewayTLS == nil {
 				if srv.TLSConfig != nil || !srv.Protocols.UnencryptedHTTP2() || srv.Protocols.HTTP2() {
 					t.Fatalf("a gateway without TLS: TLS config %v, protocols %v; want h2c and HTTP/1.1", srv.TLSConfig, srv.Protocols)
