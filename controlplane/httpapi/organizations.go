@@ -52,6 +52,25 @@ func slugFrom(name string) string {
 	return b.String()
 }
 
+// derivedSlugAttempts bounds the suffixes tried for a derived slug that collides. Each is
+// 6 random hex digits (16.7 million of them), so a name that thousands of organizations
+// share still finds a free slug at once; a single try of 4 digits did not, when a few
+// hundred organizations shared a name (a test's, or "Test", "Demo" on a shared
+// installation), and the creation was refused slug_taken for a slug nobody asked for.
+const derivedSlugAttempts = 8
+
+// withRandomSuffix is base and a random suffix, "-" and 6 hex digits, base cut (and a
+// hyphen it then ends with dropped) so that the whole is at most maxSlugLength.
+func withRandomSuffix(base string) string {
+	const suffixLen = 7
+	if len(base) > maxSlugLength-suffixLen {
+		base = strings.TrimRight(base[:maxSlugLength-suffixLen], "-")
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return base + "-" + hex.EncodeToString(b[:])
+}
+
 func (s *Server) createOrganization(c *Call) error {
 	var in struct {
 		Name *string `json:"name"`
@@ -81,11 +100,12 @@ func (s *Server) createOrganization(c *Call) error {
 		CreatedAt: c.now, Name: c.Principal.User.Name, Email: c.Principal.User.Email}
 	err := c.Tx(func(tx pgx.Tx) error {
 		err := store.CreateOrganization(c.Ctx, tx, org)
-		if errors.Is(err, store.ErrSlugTaken) && !explicitSlug {
-			// A derived slug collided: keep it readable and make it unique.
-			var b [2]byte
-			_, _ = rand.Read(b[:])
-			org.Slug = slug + "-" + hex.EncodeToString(b[:])
+		// A derived slug that collides is kept readable and made unique by a suffix.
+		for range derivedSlugAttempts {
+			if !errors.Is(err, store.ErrSlugTaken) || explicitSlug {
+				break
+			}
+			org.Slug = withRandomSuffix(slug)
 			err = store.CreateOrganization(c.Ctx, tx, org)
 		}
 		if err != nil {

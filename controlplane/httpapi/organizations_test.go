@@ -3,12 +3,14 @@ package httpapi_test
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 )
@@ -49,6 +51,41 @@ func TestCreateOrganization(t *testing.T) {
 	e.Do(t, "GET", "/v1/organizations", nil, apitest.Key(key)).Expect(t, 200).Decode(t, &list)
 	if len(list.Organizations) != 1 || list.Organizations[0].ID != o.OrgID {
 		t.Fatalf("key lists %+v", list)
+	}
+}
+
+// TestOrganizationsOfOneNameEachGetASlug: many organizations of one name each get a
+// slug of it, the first the name's own, the others the name and a random suffix, all
+// distinct and valid: the derived slug's collisions are never the creator's problem. (A
+// single suffix of 4 hex digits was tried before: a few hundred organizations of one
+// name then met a collision of suffixes, answered 409 slug_taken.)
+func TestOrganizationsOfOneNameEachGetASlug(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	u := e.SignUp(t, "ann")
+	const n = 300
+	seen := map[string]bool{}
+	suffixed := regexp.MustCompile(`^acme-[0-9a-f]{6}$`)
+	for i := range n {
+		var out struct{ Organization struct{ Slug string } }
+		e.Do(t, "POST", "/v1/organizations", map[string]string{"name": "Acme"}, apitest.Session(u.Token)).
+			Expect(t, http.StatusCreated).Decode(t, &out)
+		slug := out.Organization.Slug
+		if seen[slug] || (i == 0) != (slug == "acme") || i > 0 && !suffixed.MatchString(slug) {
+			t.Fatalf("organization %d of the name: slug %q (seen before: %v)", i+1, slug, seen[slug])
+		}
+		seen[slug] = true
+	}
+}
+
+// TestASuffixedSlugFitsItsBounds: a suffix on the longest derived slug keeps it within 48
+// characters and valid (no hyphen doubled where the cut falls).
+func TestASuffixedSlugFitsItsBounds(t *testing.T) {
+	for _, base := range []string{"org", strings.Repeat("a", 43), strings.Repeat("a", 40) + "-bc", "a-b"} {
+		got := httpapi.WithRandomSuffix(base)
+		if len(got) > 48 || !regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`).MatchString(got) || !strings.HasPrefix(got, strings.TrimRight(base[:min(len(base), 41)], "-")) {
+			t.Errorf("suffixed %q: %q", base, got)
+		}
 	}
 }
 
