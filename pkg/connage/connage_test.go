@@ -120,12 +120,13 @@ func TestConnectionsEndAtTheirAge(t *testing.T) {
 // upgrade it is answered without Connection: close, since its answer's Connection header
 // says upgrade; another request is answered with it.
 func TestAWebSocketHandshakeIsLeftAlone(t *testing.T) {
-	srv, _ := server(t, time.Millisecond, 0, false)
+	const age = 100 * time.Millisecond
+	srv, _ := server(t, age, 0, false)
 	for _, tc := range []struct {
 		connection string
 		wantClose  bool
 	}{{"keep-alive, Upgrade", false}, {"", true}} {
-		c := client(false) // a connection of its own
+		var c *http.Client
 		get := func() *http.Response {
 			t.Helper()
 			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
@@ -141,8 +142,18 @@ func TestAWebSocketHandshakeIsLeftAlone(t *testing.T) {
 			res.Body.Close()
 			return res
 		}
-		get() // the connection is made, before its age
-		time.Sleep(5 * time.Millisecond)
+		// A connection whose first request is answered before its age (on a machine
+		// slow enough to take the age over it, another connection).
+		for attempt := 0; ; attempt++ {
+			c = client(false)
+			if !get().Close {
+				break
+			}
+			if attempt == 10 {
+				t.Fatalf("Connection %q: every new connection's first answer came past the age", tc.connection)
+			}
+		}
+		time.Sleep(age + age/2) // past the age and its tenth of jitter
 		if got := get().Close; got != tc.wantClose {
 			t.Errorf("Connection %q past the age: the answer closes the connection %v, want %v", tc.connection, got, tc.wantClose)
 		}
