@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -267,6 +268,44 @@ func flatten(h http.Header) []string {
 		out = append(out, k+": "+strings.Join(vs, ","))
 	}
 	return out
+}
+
+// TestOpenAINodeSDKAcrossEndedConnections: the official OpenAI Node SDK, on Node's own
+// HTTP stack (fetch), calls the gateway for 4 s at a connection age of 1 s
+// (TOLLGATE_GATEWAY_MAX_CONNECTION_AGE) through a TCP proxy that counts the connections
+// it opens: the SDK's keep-alive connections are ended by the gateway's `Connection:
+// close` and made again, and every call is answered at its first attempt (the provider
+// got one call for each) and charged.
+func TestOpenAINodeSDKAcrossEndedConnections(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	const inTok, outTok = 1_000, 100
+	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"},
+		Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: inTok, OutputTokens: outTok} }}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	env := gatewayEnv(up.URL)
+	env["TOLLGATE_GATEWAY_MAX_CONNECTION_AGE"] = "1s"
+	s := startStack(t, env)
+	o := s.setUpOrg(t)
+	front := newGate(t, strings.TrimPrefix(s.gateway, "http://"))
+	front.Open()
+
+	before := len(fake.Calls())
+	r := runSDK(t, dir, "openai.mjs", "sequence", "http://"+front.ln.Addr().String(), o.key, model)
+	n, err := strconv.Atoi(r.Text)
+	if !r.OK || err != nil || n < 10 {
+		t.Fatalf("the calls: %+v", r)
+	}
+	if got := len(fake.Calls()) - before; got != n {
+		t.Fatalf("%d calls answered, the provider got %d: the SDK retried, or a call was lost", n, got)
+	}
+	if c := front.Relayed(); c < 3 {
+		t.Errorf("%d calls over %d connections in 4 s at a connection age of 1 s", n, c)
+	}
+	s.waitUsed(t, o, n, int64(n)*catalogCost(inTok, 0, outTok))
+	t.Logf("%d calls over %d connections", n, front.Relayed())
 }
 
 // TestOpenAISDKThroughTheGateway: the official openai npm package, with its default

@@ -35,7 +35,8 @@
 //   list of the responses' usage, text their text, closeCode and closeReason how the
 //   session closed (1000 when the script closed it);
 // - "audio", "audio-stream": a chat completion that hears and speaks (modalities text and
-//   audio, an input_audio part of WAV), not streamed and streamed.
+//   audio, an input_audio part of WAV), not streamed and streamed;
+// - "sequence": chat completions one after another for 4 s (text: how many).
 // The key is a Tollgate key, sent as Authorization: Bearer. The stream is asked for
 // WITHOUT stream_options: a client that does not ask for usage must be settled all the
 // same. See report.mjs for the settings.
@@ -125,6 +126,18 @@ await run('openai', s.scenario, async () => {
     // A stored response shown again, with the usage it was charged when generated.
     const res = await client.responses.retrieve('resp_stored0001');
     return { text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1 };
+  }
+  if (s.scenario === 'sequence') {
+    // Chat completions one after another for 4 s, 50 ms apart, on the client's own
+    // keep-alive connections: text is how many were answered, usage the first one's.
+    let n = 0;
+    let first = null;
+    for (const end = performance.now() + 4000; performance.now() < end; n++) {
+      const res = await client.chat.completions.create({ model: s.model, messages });
+      first ??= res;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return { text: String(n), model: first.model, usage: first.usage ?? null, chunks: n };
   }
   if (s.scenario === 'embeddings') {
     // text: how many numbers the first vector decoded to.
