@@ -281,10 +281,7 @@ func TestOpenAINodeSDKAcrossEndedConnections(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const inTok, outTok = 1_000, 100
-	fake := &fakellm.Server{Snapshots: map[string]string{model: model + "-2024-07-18"},
-		Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: inTok, OutputTokens: outTok} }}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: inTok, OutputTokens: outTok})
 	env := gatewayEnv(up.URL)
 	env["TOLLGATE_GATEWAY_MAX_CONNECTION_AGE"] = "1s"
 	s := startStack(t, env)

@@ -41,7 +41,7 @@ func TestGatewayServesTLS(t *testing.T) {
 	certs := t.TempDir()
 	served := testtls.Pair{CertFile: filepath.Join(certs, "tls.crt"), KeyFile: filepath.Join(certs, "tls.key")}
 	first := ca.Server(t)
-	copyPair(t, first, served)
+	testtls.CopyPair(t, first, served)
 	firstLeaf := leafOf(t, served)
 
 	var next fakellm.Usage
@@ -142,7 +142,7 @@ func TestGatewayServesTLS(t *testing.T) {
 
 	t.Run("a renewed certificate is served without a restart", func(t *testing.T) {
 		time.Sleep(time.Second) // the renewal expires a second later, which the gauge must show
-		copyPair(t, ca.Server(t), served)
+		testtls.CopyPair(t, ca.Server(t), served)
 		renewed := leafOf(t, served)
 		u, err := url.Parse(s.gateway)
 		if err != nil {
@@ -170,20 +170,6 @@ func TestGatewayServesTLS(t *testing.T) {
 			t.Errorf("a call after the renewal: %+v", r)
 		}
 	})
-}
-
-// copyPair writes from's certificate and key over to's files.
-func copyPair(t *testing.T, from, to testtls.Pair) {
-	t.Helper()
-	for _, f := range [][2]string{{from.CertFile, to.CertFile}, {from.KeyFile, to.KeyFile}} {
-		b, err := os.ReadFile(f[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f[1], b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // leafOf is the certificate of the pair's files.

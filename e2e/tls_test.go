@@ -193,16 +193,6 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	oldCA, newCA := testtls.NewCA(t, "old internal CA"), testtls.NewCAUntil(t, "new internal CA", time.Now().Add(48*time.Hour))
 	dir := t.TempDir()
 	file := func(name string) string { return filepath.Join(dir, name) }
-	put := func(to, from string) {
-		t.Helper()
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The two Secrets as mounted: the control plane's (its pair, the CA its clients'
 	// certificates are checked against) and the enforcer's (its pair, the CA it checks
 	// the control plane's certificate against).
@@ -211,10 +201,13 @@ func TestInternalCAChangesWithoutARestart(t *testing.T) {
 	// issueFrom writes ca's new pairs and ca alone, as the bundles, into both Secrets.
 	issueFrom := func(ca *testtls.CA) {
 		server, client := ca.Server(t), ca.Client(t, "enforcer")
-		for _, f := range [][2]string{{cpCA, ca.CertFile}, {enfCA, ca.CertFile}, {cpKey, server.KeyFile}, {cpCert, server.CertFile},
-			{enfKey, client.KeyFile}, {enfCert, client.CertFile}} {
-			put(f[0], f[1])
-		}
+		testtls.CopyFile(t, ca.CertFile, cpCA)
+		testtls.CopyFile(t, ca.CertFile, enfCA)
+		// Each key before its certificate: a reload between the two keeps the pair before.
+		testtls.CopyFile(t, server.KeyFile, cpKey)
+		testtls.CopyFile(t, server.CertFile, cpCert)
+		testtls.CopyFile(t, client.KeyFile, enfKey)
+		testtls.CopyFile(t, client.CertFile, enfCert)
 	}
 	issueFrom(oldCA)
 	s, cp := startMTLSControlPlane(t, cpCert, cpKey, cpCA)

@@ -30,15 +30,7 @@ func TestClientCertificateRenewal(t *testing.T) {
 	dir := t.TempDir()
 	files := cpclient.TLSFiles{CA: ca.CertFile, Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
 	put := func(p testtls.Pair) string {
-		for _, f := range [][2]string{{p.CertFile, files.Cert}, {p.KeyFile, files.Key}} {
-			b, err := os.ReadFile(f[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(f[1], b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		testtls.CopyPair(t, p, testtls.Pair{CertFile: files.Cert, KeyFile: files.Key})
 		c, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
 		if err != nil {
 			t.Fatal(err)

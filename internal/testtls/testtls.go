@@ -97,6 +97,26 @@ func (ca *CA) issue(t testing.TB, file string, tmpl *x509.Certificate) Pair {
 		KeyFile: writePEM(t, ca.dir, file+"-key.pem", "PRIVATE KEY", keyDER)}
 }
 
+// CopyFile writes from's bytes over to, as the kubelet swaps a mounted Secret's file or
+// an ACME client rewrites one.
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CopyPair writes from's certificate and key over to's files, the certificate first.
+func CopyPair(t testing.TB, from, to Pair) {
+	t.Helper()
+	CopyFile(t, from.CertFile, to.CertFile)
+	CopyFile(t, from.KeyFile, to.KeyFile)
+}
+
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

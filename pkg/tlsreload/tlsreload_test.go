@@ -29,19 +29,7 @@ func newServed(t *testing.T) served {
 // put copies pair's files over the served ones (the certificate's, then the key's).
 func (s served) put(t *testing.T, p testtls.Pair) {
 	t.Helper()
-	copyFile(t, p.CertFile, s.cert)
-	copyFile(t, p.KeyFile, s.key)
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testtls.CopyPair(t, p, testtls.Pair{CertFile: s.cert, KeyFile: s.key})
 }
 
 // issue makes a new server pair of ca in a directory of its own, so that the files of
@@ -51,8 +39,8 @@ func issue(t *testing.T, ca *testtls.CA) (testtls.Pair, *x509.Certificate) {
 	p := ca.Server(t)
 	dir := t.TempDir()
 	own := testtls.Pair{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
-	copyFile(t, p.CertFile, own.CertFile)
-	copyFile(t, p.KeyFile, own.KeyFile)
+	testtls.CopyFile(t, p.CertFile, own.CertFile)
+	testtls.CopyFile(t, p.KeyFile, own.KeyFile)
 	c, err := tls.LoadX509KeyPair(own.CertFile, own.KeyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +154,7 @@ func TestABrokenRenewalKeepsThePairBefore(t *testing.T) {
 	r := newRenewal(t)
 	ca, s, pair, second, firstLeaf, secondLeaf := r.ca, r.served, r.pair, r.second, r.firstLeaf, r.secondLeaf
 	// Half a renewal: the new certificate, the old key.
-	copyFile(t, second.CertFile, s.cert)
+	testtls.CopyFile(t, second.CertFile, s.cert)
 	if changed, err := pair.Reload(); changed || err == nil || !strings.Contains(err.Error(), "does not match") {
 		t.Fatalf("Reload of a half-written renewal: %v, %v; want the mismatch's error", changed, err)
 	}
@@ -184,7 +172,7 @@ func TestABrokenRenewalKeepsThePairBefore(t *testing.T) {
 		t.Fatalf("served serial %s without a key file, want the first pair's %s", got, firstLeaf.SerialNumber)
 	}
 	// The renewal completed.
-	copyFile(t, second.KeyFile, s.key)
+	testtls.CopyFile(t, second.KeyFile, s.key)
 	if changed, err := pair.Reload(); !changed || err != nil {
 		t.Fatalf("Reload of the completed renewal: %v, %v; want a change", changed, err)
 	}
@@ -210,14 +198,14 @@ func TestWatchReloadsAndReportsABrokenRenewalOnce(t *testing.T) {
 		t.Fatalf("first onLoad with serial %s, want %s", got, firstLeaf.SerialNumber)
 	}
 
-	copyFile(t, second.CertFile, s.cert) // half a renewal, for many intervals
+	testtls.CopyFile(t, second.CertFile, s.cert) // half a renewal, for many intervals
 	waitFor(t, "the broken renewal's warning", func() bool { return strings.Contains(logs.String(), "does not load") })
 	time.Sleep(50 * time.Millisecond)
 	if n := strings.Count(logs.String(), "does not load"); n != 1 {
 		t.Errorf("the broken renewal was reported %d times, want once:\n%s", n, logs)
 	}
 
-	copyFile(t, second.KeyFile, s.key)
+	testtls.CopyFile(t, second.KeyFile, s.key)
 	select {
 	case got := <-loaded:
 		if got != secondLeaf.SerialNumber.String() {
