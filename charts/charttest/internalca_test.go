@@ -336,3 +336,158 @@ func writeFile(t *testing.T, name, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestInternalTLSEnforcerSecretOptional: with TLS between the programs but no mTLS,
+// and internalTLS.caBundle.configMap, the enforcer reads nothing of its Secret (its
+// only TLS file is the CA bundle, from the ConfigMap): internalTLS.enforcerSecret may
+// be empty or absent (--set ...=null, as values that lack it), and is not mounted even
+// when given. The render succeeds; the enforcer (its Deployment's container, or in
+// sidecar mode the snippet and volumes.yaml) neither declares nor mounts the volume
+// controlplane-tls nor any Secret volume, nothing of it points under
+// /etc/tollgate/controlplane-tls, TOLLGATE_CONTROLPLANE_TLS_CA names the bundle's key
+// under /etc/tollgate/internal-ca, TOLLGATE_CONTROLPLANE_TLS_CERT and _KEY are unset;
+// the control plane keeps its own Secret. The enforcer's configuration check takes the
+// rendered environment with the bundle laid out as the kubelet mounts it.
+func TestInternalTLSEnforcerSecretOptional(t *testing.T) {
+	helm, _ := needTools(t)
+	const (
+		caDir    = "/etc/tollgate/internal-ca"
+		enfDir   = "/etc/tollgate/controlplane-tls"
+		bundleCM = "tollgate-internal-ca"
+	)
+	tlsBundle := []string{"--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls",
+		"--set", "internalTLS.caBundle.configMap=" + bundleCM}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		key     string
+		sidecar bool
+	}{
+		{"empty", tlsBundle, "ca.crt", false},
+		{"absent", slices.Concat(tlsBundle, []string{"--set", "internalTLS.enforcerSecret=null"}), "ca.crt", false},
+		{"given, not mounted", slices.Concat(tlsBundle, []string{"--set", "internalTLS.enforcerSecret=enforcer-tls"}), "ca.crt", false},
+		{"another key", slices.Concat(tlsBundle, []string{"--set", "internalTLS.caBundle.key=trust-bundle.pem"}), "trust-bundle.pem", false},
+		{"key absent (--reuse-values)", slices.Concat(tlsBundle, []string{"--set", "internalTLS.caBundle.key=null"}), "ca.crt", false},
+		{"explicitly without mTLS", slices.Concat(tlsBundle, []string{"--set", "internalTLS.mtls=false"}), "ca.crt", false},
+		{"sidecar", slices.Concat(tlsBundle, []string{"--set", "enforcer.mode=sidecar"}), "ca.crt", true},
+		{"sidecar, given, not mounted", slices.Concat(tlsBundle, []string{"--set", "enforcer.mode=sidecar", "--set", "internalTLS.enforcerSecret=enforcer-tls"}), "ca.crt", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp, enf := renderSides(t, helm, tc.args...)
+			if enf.snippet != tc.sidecar {
+				t.Fatalf("the enforcer container is the sidecar snippet's: %v, want %v", enf.snippet, tc.sidecar)
+			}
+			if ca, _ := envValue(enf.c, "TOLLGATE_CONTROLPLANE_TLS_CA"); ca != caDir+"/"+tc.key {
+				t.Errorf("TOLLGATE_CONTROLPLANE_TLS_CA=%q, want %s/%s (the bundle's ConfigMap)", ca, caDir, tc.key)
+			}
+			for _, n := range []string{"TOLLGATE_CONTROLPLANE_TLS_CERT", "TOLLGATE_CONTROLPLANE_TLS_KEY"} {
+				if v, ok := envValue(enf.c, n); ok {
+					t.Errorf("%s=%q without mTLS, want it unset", n, v)
+				}
+			}
+			for _, e := range list(enf.c, "env") {
+				if strings.HasPrefix(str(e, "value"), enfDir) {
+					t.Errorf("%s=%s, under %s, which no volume is mounted at", str(e, "name"), str(e, "value"), enfDir)
+				}
+			}
+			mounted := map[string]bool{}
+			for _, m := range list(enf.c, "volumeMounts") {
+				mounted[str(m, "name")] = true
+				if str(m, "name") == "controlplane-tls" || strings.HasPrefix(str(m, "mountPath"), enfDir) {
+					t.Errorf("the enforcer mounts %s at %s: its Secret, which it does not read", str(m, "name"), str(m, "mountPath"))
+				}
+			}
+			declared := map[string]bool{}
+			for _, v := range enf.volumes {
+				declared[str(v, "name")] = true
+				if str(v, "name") == "controlplane-tls" || get(v, "secret") != nil {
+					t.Errorf("the enforcer's pod declares the volume %v: a Secret it does not read", v)
+				}
+			}
+			if !mounted["internal-ca"] || !declared["internal-ca"] {
+				t.Errorf("the bundle's volume internal-ca: mounted %v, declared %v; want both", mounted["internal-ca"], declared["internal-ca"])
+			}
+			for name := range mounted {
+				if !declared[name] {
+					t.Errorf("the enforcer mounts the volume %s, which its pod does not declare", name)
+				}
+			}
+			// The control plane still serves with its own Secret.
+			cpSecret := false
+			for _, v := range cp.volumes {
+				cpSecret = cpSecret || str(v, "secret", "secretName") == "cp-tls"
+			}
+			if !cpSecret {
+				t.Errorf("the control plane's pod has no volume of its Secret cp-tls: %v", cp.volumes)
+			}
+
+			// The enforcer accepts the environment with the bundle alone laid out (no file
+			// of a Secret), and refuses it with the bundle gone (so the check looked at it).
+			ca := testtls.NewCA(t, "chart test CA")
+			root := t.TempDir()
+			env := programEnv(enf.c)
+			for _, n := range []string{"TOLLGATE_CONTROLPLANE_TLS_CA", "TOLLGATE_CONTROLPLANE_TLS_CERT", "TOLLGATE_CONTROLPLANE_TLS_KEY"} {
+				if v, ok := env[n]; ok {
+					env[n] = filepath.Join(root, v)
+				}
+			}
+			bundleFile := filepath.Join(root, caDir, tc.key)
+			writeFile(t, bundleFile, string(readFile(t, ca.CertFile)))
+			enfTLS := func(line string) bool { return strings.HasPrefix(line, "TOLLGATE_CONTROLPLANE_TLS_") }
+			if p := programProblemsWhere(t, "enforcer", env, enfTLS); len(p) != 0 {
+				t.Errorf("the enforcer refuses the rendered environment with the bundle alone mounted:\n%s", strings.Join(p, "\n"))
+			}
+			if err := os.Remove(bundleFile); err != nil {
+				t.Fatal(err)
+			}
+			if p := programProblemsWhere(t, "enforcer", env, enfTLS); len(p) == 0 {
+				t.Errorf("the enforcer accepts the environment without the bundle's file, or reports it otherwise: the check above proves nothing")
+			}
+		})
+	}
+}
+
+// TestInternalTLSEnforcerSecretRequired: in every other case of TLS between the
+// programs, the enforcer reads its Secret (with mTLS its client pair, without
+// internalTLS.caBundle.configMap its ca.crt), so the render fails without
+// internalTLS.enforcerSecret, empty or absent, in both modes, saying what it is needed
+// for: the client certificate, the ca.crt, or both. A release whose values predate
+// caBundle (--reuse-values: caBundle absent) needs it for the ca.crt.
+func TestInternalTLSEnforcerSecretRequired(t *testing.T) {
+	helm, _ := needTools(t)
+	const (
+		pair   = "internalTLS.enforcerSecret: needed for the enforcer's client certificate, tls.crt and tls.key (internalTLS.mtls). Only TLS"
+		caCrt  = "internalTLS.enforcerSecret: needed for the enforcer's ca.crt, the CA of the control plane's certificate (no internalTLS.caBundle.configMap). Only TLS"
+		both   = "internalTLS.enforcerSecret: needed for the enforcer's client certificate, tls.crt and tls.key (internalTLS.mtls) and for its ca.crt, the CA of the control plane's certificate (no internalTLS.caBundle.configMap). Only TLS"
+		bundle = "internalTLS.caBundle.configMap=tollgate-internal-ca"
+	)
+	tlsOn := []string{"--set", "secrets.existingSecret=creds", "--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls"}
+	mtls := slices.Concat(tlsOn, []string{"--set", "internalTLS.mtls=true"})
+	sidecar := []string{"--set", "enforcer.mode=sidecar"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"mTLS, bundle", slices.Concat(mtls, []string{"--set", bundle}), pair},
+		{"mTLS, bundle, absent", slices.Concat(mtls, []string{"--set", bundle, "--set", "internalTLS.enforcerSecret=null"}), pair},
+		{"mTLS, bundle, sidecar", slices.Concat(mtls, sidecar, []string{"--set", bundle}), pair},
+		{"TLS, no bundle", tlsOn, caCrt},
+		{"TLS, no bundle, absent", slices.Concat(tlsOn, []string{"--set", "internalTLS.enforcerSecret=null"}), caCrt},
+		{"TLS, empty configMap", slices.Concat(tlsOn, []string{"--set", "internalTLS.caBundle.configMap="}), caCrt},
+		{"TLS, values of a release before caBundle", slices.Concat(tlsOn, []string{"--set", "internalTLS.caBundle=null"}), caCrt},
+		{"TLS, no bundle, sidecar", slices.Concat(tlsOn, sidecar), caCrt},
+		{"mTLS, no bundle", mtls, both},
+		{"mTLS, no bundle, sidecar", slices.Concat(mtls, sidecar), both},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := render(t, helm, tc.args...)
+			if err == nil {
+				t.Fatalf("helm template %v succeeds, want it to fail with %q:\n%.400s", tc.args, tc.want, out)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("helm template %v fails without saying %q:\n%v", tc.args, tc.want, err)
+			}
+		})
+	}
+}

@@ -93,7 +93,7 @@ func TestValuesRejected(t *testing.T) {
 		{"control plane killed at once", append(ok, "--set", "controlplane.terminationGracePeriodSeconds=0"),
 			"controlplane.shutdownTimeout 20s (TOLLGATE_SHUTDOWN_TIMEOUT) is not below controlplane.terminationGracePeriodSeconds 0"},
 		{"internal TLS without its Secrets", append(ok, "--set", "internalTLS.enabled=true"), "/internalTLS/controlplaneSecret"},
-		{"internal TLS without the enforcer's Secret", append(ok, "--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls"), "/internalTLS/enforcerSecret"},
+		{"internal TLS without the enforcer's Secret", append(ok, "--set", "internalTLS.enabled=true", "--set", "internalTLS.controlplaneSecret=cp-tls"), "internalTLS.enforcerSecret: needed for the enforcer's ca.crt"},
 		{"mTLS without TLS", append(ok, "--set", "internalTLS.mtls=true"), "/internalTLS/enabled"},
 		{"extra volumes not a list", append(ok, "--set", "enforcer.extraVolumes=tls"), "/enforcer/extraVolumes"},
 		{"overlong fullname", append(ok, "--set", "fullnameOverride="+strings.Repeat("a", 41)), "/fullnameOverride"},

@@ -911,6 +911,8 @@ side mounts its Secret at a fixed path and names the files in its environment.
 With internalTLS.caBundle.configMap, the CA bundles both sides trust come from that
 ConfigMap instead (a trust-manager Bundle's target, holding the old and the new CA
 during a change of CA), mounted whole at caDir: the kubelet updates no subPath mount.
+The enforcer's Secret is then read only for its client pair, with mtls: without mtls
+it is neither needed nor mounted (tollgate.internalTLS.enforcerSecret).
 */}}
 {{- define "tollgate.internalTLS.controlplaneDir" -}}/etc/tollgate/internal-tls{{- end -}}
 {{- define "tollgate.internalTLS.enforcerDir" -}}/etc/tollgate/controlplane-tls{{- end -}}
@@ -924,9 +926,39 @@ empty, after `helm upgrade --reuse-values` from a release older than the value.
 {{- $t := .Values.internalTLS -}}
 {{- $name := dig "caBundle" "configMap" "" $t -}}
 {{- if and $name (not $t.enabled) -}}
-{{- fail "internalTLS.caBundle.configMap needs TLS between the programs: internalTLS.enabled, with internalTLS.controlplaneSecret and internalTLS.enforcerSecret" -}}
+{{- fail "internalTLS.caBundle.configMap needs TLS between the programs: internalTLS.enabled, with internalTLS.controlplaneSecret (and internalTLS.enforcerSecret with internalTLS.mtls)" -}}
 {{- end -}}
 {{- $name -}}
+{{- end -}}
+
+{{/*
+The enforcer's Secret (internalTLS.enforcerSecret) when the enforcer reads a file of
+it, else "": with mtls its client pair (tls.crt, tls.key), and without
+internalTLS.caBundle.configMap its ca.crt. With TLS alone and the bundle it reads
+nothing there: the Secret is then optional, and not mounted even when given (one
+fewer Secret for the pods, in sidecar mode the Envoy pods, to wait for). A Secret the
+enforcer reads and that is not given fails the render, saying what it is for. Absent,
+not only empty, is taken as not given (--set internalTLS.enforcerSecret=null).
+*/}}
+{{- define "tollgate.internalTLS.enforcerSecret" -}}
+{{- $t := .Values.internalTLS -}}
+{{- if $t.enabled -}}
+{{- $bundle := include "tollgate.internalTLS.caBundle" . -}}
+{{- if or $t.mtls (not $bundle) -}}
+{{- $name := dig "enforcerSecret" "" $t -}}
+{{- if not $name -}}
+{{- $for := list -}}
+{{- if $t.mtls -}}
+{{- $for = append $for "the enforcer's client certificate, tls.crt and tls.key (internalTLS.mtls)" -}}
+{{- end -}}
+{{- if not $bundle -}}
+{{- $for = append $for (printf "%s ca.crt, the CA of the control plane's certificate (no internalTLS.caBundle.configMap)" (ternary "its" "the enforcer's" (gt (len $for) 0))) -}}
+{{- end -}}
+{{- fail (printf "internalTLS.enforcerSecret: needed for %s. Only TLS without internalTLS.mtls and with internalTLS.caBundle.configMap needs no Secret of the enforcer" (join " and for " $for)) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The CA bundle file a side trusts: (dict "ctx" $ "dir" its Secret's mount path). */}}
@@ -1020,7 +1052,7 @@ empty, after `helm upgrade --reuse-values` from a release older than the value.
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer container's volume mounts: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS (and the CA bundle's ConfigMap when given), then extraVolumeMounts. */}}
+{{/* The enforcer container's volume mounts: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS (its Secret when it reads it, and the CA bundle's ConfigMap when given), then extraVolumeMounts. */}}
 {{- define "tollgate.enforcer.volumeMounts" -}}
 {{- include "tollgate.gateway.volumeMounts" . }}
 {{- include "tollgate.gateway.tlsVolumeMount" . }}
@@ -1029,9 +1061,11 @@ empty, after `helm upgrade --reuse-values` from a release older than the value.
   mountPath: {{ include "tollgate.settleSpool.dir" . }}
 {{- end }}
 {{- if .Values.internalTLS.enabled }}
+{{- if include "tollgate.internalTLS.enforcerSecret" . }}
 - name: controlplane-tls
   mountPath: {{ include "tollgate.internalTLS.enforcerDir" . }}
   readOnly: true
+{{- end }}
 {{- if include "tollgate.internalTLS.caBundle" . }}
 {{ include "tollgate.internalTLS.caVolumeMount" . }}
 {{- end }}
@@ -1041,15 +1075,17 @@ empty, after `helm upgrade --reuse-values` from a release older than the value.
 {{- end }}
 {{- end -}}
 
-{{/* The enforcer pod's volumes: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS (and the CA bundle's ConfigMap when given), then extraVolumes. */}}
+{{/* The enforcer pod's volumes: the gateway's (routes, credentials, its TLS Secret), the settlement spool, internal TLS (its Secret when it reads it, and the CA bundle's ConfigMap when given), then extraVolumes. */}}
 {{- define "tollgate.enforcer.volumes" -}}
 {{- include "tollgate.gateway.volumes" . }}
 {{- include "tollgate.gateway.tlsVolume" . }}
 {{- include "tollgate.settleSpool.volume" . }}
 {{- if .Values.internalTLS.enabled }}
+{{- with include "tollgate.internalTLS.enforcerSecret" . }}
 - name: controlplane-tls
   secret:
-    secretName: {{ .Values.internalTLS.enforcerSecret }}
+    secretName: {{ . }}
+{{- end }}
 {{- if include "tollgate.internalTLS.caBundle" . }}
 {{ include "tollgate.internalTLS.caVolume" . }}
 {{- end }}
