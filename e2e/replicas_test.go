@@ -6,7 +6,9 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -454,6 +456,80 @@ func TestEnforcerSpreadsOverControlPlaneReplicas(t *testing.T) {
 	}
 	if n := service.Relayed(); n < 3 {
 		t.Errorf("the enforcer made %d connections in 6 s at a connection age of 1 s", n)
+	}
+	t.Logf("%d requests admitted and settled over %d connections", admitted, service.Relayed())
+}
+
+// TestCaddyForwardAuthSpreadsOverEnforcers: Caddy's forward_auth keeps its connections
+// to /check in a pool, and a Service gives each new connection to one enforcer, so
+// without an end to connections an enforcer added by a scale-up or a rollout gets none
+// of the proxy's checks. With TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE (here 1s) each
+// enforcer ends a connection past that age by its next answer's `Connection: close`,
+// which Caddy obeys. deploy/caddy/Caddyfile as shipped, its /check address a proxy that
+// alternates connections between two enforcers (as a Service's proxy spreads them), and
+// a client calling through Caddy for 5 s, the upstream reporting each request's usage
+// to one enforcer's /settle (any enforcer settles any request; beside Caddy's in the
+// alternating proxy, its connections would take every other turn): both enforcers
+// admit requests, Caddy made several connections, and no request failed (an ended
+// connection is no outage).
+func TestCaddyForwardAuthSpreadsOverEnforcers(t *testing.T) {
+	t.Parallel()
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	key := s.apiKey(t, o, s.invite(t, o, "forward-auth-spread"))
+	age := map[string]string{"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE": "1s", "TOLLGATE_ENFORCER_SETTLE_LINGER": "5ms"}
+	enfs := []*enforcer{s.startEnforcer(t, age), s.startEnforcer(t, age)}
+	service := newGate(t, strings.TrimPrefix(enfs[0].http, "http://"), strings.TrimPrefix(enfs[1].http, "http://"))
+	service.Open()
+	settler := &http.Client{Timeout: 10 * time.Second}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Service-Request-Id")
+		body := fmt.Sprintf(`{"requestId":%q,"model":"gpt-4o-mini","inputTokens":100,"outputTokens":10,"complete":true}`, id)
+		res, err := settler.Post(enfs[0].http+"/settle", "application/json", strings.NewReader(body))
+		if err != nil || res.StatusCode/100 != 2 {
+			http.Error(w, fmt.Sprintf("settle %q: %v %v", id, res, err), http.StatusBadGateway)
+			return
+		}
+		_, _ = io.Copy(io.Discard, res.Body) // read whole, so that the connection is kept
+		res.Body.Close()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"message":{"role":"assistant","content":"hi"}}]}`)
+	}))
+	t.Cleanup(upstream.Close)
+
+	listen := testio.FreeAddr(t)
+	home := t.TempDir()
+	cmd := exec.Command(caddy, "run", "--config", "../deploy/caddy/Caddyfile", "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
+		"TOLLGATE_CADDY_ADDR="+listen, "TOLLGATE_ENFORCER_HTTP_ADDR="+service.ln.Addr().String(),
+		"TOLLGATE_UPSTREAM="+strings.TrimPrefix(upstream.URL, "http://"))
+	logs := startFront(t, "caddy", cmd, listen)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	admitted := 0
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+listen+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("x-api-key", key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("request %d through Caddy: %d %s (an ended connection failed a request)\n%s", admitted+1, res.StatusCode, b, logs)
+		}
+		admitted++
+	}
+	for i, e := range enfs {
+		if n := e.metric(t, "tollgate_enforcer_decisions_total", `decision="admitted"`); n == 0 {
+			t.Errorf("enforcer %d admitted none of %d requests (Caddy made %d connections)", i+1, admitted, service.Relayed())
+		}
+	}
+	if n := service.Relayed(); n < 3 {
+		t.Errorf("Caddy made %d connections in 5 s at a connection age of 1 s", n)
 	}
 	t.Logf("%d requests admitted and settled over %d connections", admitted, service.Relayed())
 }

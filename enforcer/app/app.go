@@ -47,6 +47,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/connage"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/grpcflow"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
@@ -418,6 +419,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 
 	httpSrv := &http.Server{Handler: e.HTTP, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
 		ErrorLog: logging.ServerLog(e.log, "http")}
+	connage.Apply(httpSrv, e.cfg.HTTPMaxConnectionAge)
 	adminSrv := admin.NewServer(e.Admin, e.log)
 	errc := make(chan error, 4)
 	var gwSrv *http.Server

@@ -33,29 +33,31 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 func TestDefaultConfig(t *testing.T) {
 	c := app.DefaultConfig()
 	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" ||
-		c.SettleLinger != 50*time.Millisecond || c.SettleResendWindow != 2*time.Minute || c.ShutdownDelay != 5*time.Second || c.CheckTimeout != 800*time.Millisecond {
+		c.SettleLinger != 50*time.Millisecond || c.SettleResendWindow != 2*time.Minute || c.ShutdownDelay != 5*time.Second || c.CheckTimeout != 800*time.Millisecond ||
+		c.HTTPMaxConnectionAge != 5*time.Minute {
 		t.Fatalf("%+v", c)
 	}
 }
 
 func TestConfigReportsEveryProblem(t *testing.T) {
 	err := app.Run(context.Background(), nil, envOf(map[string]string{
-		"TOLLGATE_REDIS_URL":                       "http://x",
-		"TOLLGATE_REDIS_MODE":                      "sentinel",
-		"TOLLGATE_ENFORCER_GRPC_ADDR":              "nonsense",
-		"TOLLGATE_FAILURE_MODE":                    "sideways",
-		"TOLLGATE_ENFORCER_START_DEADLINE":         "soon",
-		"TOLLGATE_ENFORCER_START_CAPACITY":         "many",
-		"TOLLGATE_ENFORCER_SETTLE_CAPACITY":        "10",
-		"TOLLGATE_ENFORCER_SETTLE_LINGER":          "2s",
-		"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES": "1000",
-		"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY":      "-1",
-		"TOLLGATE_DEFERRED_BILLING":                "sometimes",
-		"TOLLGATE_DEFERRED_BILLING_ALLOW":          "videos, holidays",
-		"TOLLGATE_SHUTDOWN_DELAY":                  "-1s",
-		"TOLLGATE_ENFORCER_CHECK_TIMEOUT":          "5ms",
-		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW":   "2h",
-		"TOLLGATE_ENFORCER_MEMBER_CAPACITY":        "999",
+		"TOLLGATE_REDIS_URL":                        "http://x",
+		"TOLLGATE_REDIS_MODE":                       "sentinel",
+		"TOLLGATE_ENFORCER_GRPC_ADDR":               "nonsense",
+		"TOLLGATE_FAILURE_MODE":                     "sideways",
+		"TOLLGATE_ENFORCER_START_DEADLINE":          "soon",
+		"TOLLGATE_ENFORCER_START_CAPACITY":          "many",
+		"TOLLGATE_ENFORCER_SETTLE_CAPACITY":         "10",
+		"TOLLGATE_ENFORCER_SETTLE_LINGER":           "2s",
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES":  "1000",
+		"TOLLGATE_ENFORCER_INFLIGHT_CAPACITY":       "-1",
+		"TOLLGATE_DEFERRED_BILLING":                 "sometimes",
+		"TOLLGATE_DEFERRED_BILLING_ALLOW":           "videos, holidays",
+		"TOLLGATE_SHUTDOWN_DELAY":                   "-1s",
+		"TOLLGATE_ENFORCER_CHECK_TIMEOUT":           "5ms",
+		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW":    "2h",
+		"TOLLGATE_ENFORCER_MEMBER_CAPACITY":         "999",
+		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE": "500ms",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -65,7 +67,8 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_SETTLE_LINGER", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
 		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`,
 		"TOLLGATE_SHUTDOWN_DELAY: must not be negative", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",
-		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h", "TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000"} {
+		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h", "TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000",
+		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

@@ -43,6 +43,11 @@ type Config struct {
 	GRPCAddr string
 	// HTTPAddr serves /check and /settle (TOLLGATE_ENFORCER_HTTP_ADDR).
 	HTTPAddr string
+	// HTTPMaxConnectionAge ends each connection to HTTPAddr at that age, by its first
+	// response past it (TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE; 0: for ever; package
+	// connage), so that a forward-auth proxy's pool spreads again over the enforcers
+	// behind a Service.
+	HTTPMaxConnectionAge time.Duration
 	// AdminAddr serves /healthz, /readyz and /metrics (TOLLGATE_ENFORCER_ADMIN_ADDR).
 	AdminAddr string
 	// ControlPlaneAddr is the control plane's internal gRPC API (TOLLGATE_CONTROLPLANE_ADDR).
@@ -159,11 +164,16 @@ type Config struct {
 
 // Defaults of the address knobs.
 const (
-	DefaultRedisURL         = redisconf.DefaultURL
-	DefaultGRPCAddr         = "127.0.0.1:9001"
-	DefaultHTTPAddr         = "127.0.0.1:9002"
-	DefaultAdminAddr        = "127.0.0.1:9091"
-	DefaultControlPlaneAddr = "127.0.0.1:8081"
+	DefaultRedisURL = redisconf.DefaultURL
+	DefaultGRPCAddr = "127.0.0.1:9001"
+	DefaultHTTPAddr = "127.0.0.1:9002"
+	// DefaultHTTPMaxConnectionAge is TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE's
+	// default, the gateway's (DefaultGatewayMaxConnectionAge) for the same reason: an
+	// enforcer added behind the Service gets its share of a forward-auth proxy's pooled
+	// connections within about five minutes.
+	DefaultHTTPMaxConnectionAge = DefaultGatewayMaxConnectionAge
+	DefaultAdminAddr            = "127.0.0.1:9091"
+	DefaultControlPlaneAddr     = "127.0.0.1:8081"
 	// DefaultRedisCheckTimeout: a healthy Redis answers a check's read in well under a
 	// millisecond; a quarter second leaves room for a slow moment and still answers a
 	// 503 long before Envoy's ext_authz timeout (1s in deploy/envoy; Envoy's own
@@ -239,6 +249,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.RedisCheckTimeout, "redis-check-timeout", durationEnv("TOLLGATE_REDIS_CHECK_TIMEOUT", DefaultRedisCheckTimeout), "longest a check waits for Redis before answering as with Redis down (503 in closed mode); keep it well under the proxy's check timeout (TOLLGATE_REDIS_CHECK_TIMEOUT)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_ENFORCER_GRPC_ADDR", DefaultGRPCAddr), "ext_authz, ext_proc and gRPC health listen address (TOLLGATE_ENFORCER_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
+	fs.DurationVar(&c.HTTPMaxConnectionAge, "http-max-connection-age", durationEnv("TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE", DefaultHTTPMaxConnectionAge), "how long a connection to /check and /settle lasts (give or take a tenth) before its next response closes it (Connection: close), so that a forward-auth proxy's pool spreads over the enforcers behind a Service; 0: for ever (TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
 	fs.StringVar(&c.ControlPlaneAddr, "controlplane-addr", env("TOLLGATE_CONTROLPLANE_ADDR", DefaultControlPlaneAddr), "the control plane's internal gRPC address (TOLLGATE_CONTROLPLANE_ADDR)")
 	fs.StringVar(&c.ControlPlaneTLS.CA, "controlplane-tls-ca", getenv("TOLLGATE_CONTROLPLANE_TLS_CA"), "PEM CA bundle that signs the control plane's certificate, read again every 10s; turns TLS on (empty with another TLS setting: the system's roots) (TOLLGATE_CONTROLPLANE_TLS_CA)")
@@ -378,6 +389,7 @@ func (c Config) validate() []string {
 		ok   bool
 	}{
 		{"TOLLGATE_SHUTDOWN_TIMEOUT: must be positive", c.ShutdownTimeout > 0},
+		{"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s", c.HTTPMaxConnectionAge == 0 || c.HTTPMaxConnectionAge >= time.Second},
 		{"TOLLGATE_ENFORCER_IDENTITY_TTL: must be positive", c.IdentityTTL > 0},
 		{"TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s", c.RedisCheckTimeout >= 10*time.Millisecond && c.RedisCheckTimeout <= 10*time.Second},
 		{"TOLLGATE_ENFORCER_BLOCKED_TTL: must be between 0 and 1m", c.BlockedTTL >= 0 && c.BlockedTTL <= time.Minute},
