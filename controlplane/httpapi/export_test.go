@@ -16,6 +16,3 @@ func (s *Server) RequestsCounter(route, code string) prometheus.Counter {
 func (s *Server) PanickingRoute(pattern string, value any) http.Handler {
 	return s.wrap(route{method: "GET", pattern: pattern, access: public, handle: func(*Call) error { panic(value) }})
 }
-
-// WithRandomSuffix is withRandomSuffix, for its bounds' test.
-var WithRandomSuffix = withRandomSuffix

@@ -1,75 +1,22 @@
 package httpapi
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/http"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
+	"github.com/tollgate-dev/tollgate/controlplane/orgslug"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
-var slugPattern = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-
-const (
-	maxSlugLength = 48
-	// invitationTTL is how long an invitation token can be accepted.
-	invitationTTL = 7 * 24 * time.Hour
-)
-
-// slugFrom derives a URL-safe slug from a name: lower-case ASCII letters and digits
-// joined by single hyphens.
-func slugFrom(name string) string {
-	var b strings.Builder
-	hyphen := false
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
-			if hyphen && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			hyphen = false
-			b.WriteRune(r)
-		default:
-			hyphen = true
-		}
-		if b.Len() >= maxSlugLength-5 {
-			break
-		}
-	}
-	if b.Len() == 0 {
-		return "org"
-	}
-	return b.String()
-}
-
-// derivedSlugAttempts bounds the suffixes tried for a derived slug that collides. Each is
-// 6 random hex digits (16.7 million of them), so a name that thousands of organizations
-// share still finds a free slug at once; a single try of 4 digits did not, when a few
-// hundred organizations shared a name (a test's, or "Test", "Demo" on a shared
-// installation), and the creation was refused slug_taken for a slug nobody asked for.
-const derivedSlugAttempts = 8
-
-// withRandomSuffix is base and a random suffix, "-" and 6 hex digits, base cut (and a
-// hyphen it then ends with dropped) so that the whole is at most maxSlugLength.
-func withRandomSuffix(base string) string {
-	const suffixLen = 7
-	if len(base) > maxSlugLength-suffixLen {
-		base = strings.TrimRight(base[:maxSlugLength-suffixLen], "-")
-	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return base + "-" + hex.EncodeToString(b[:])
-}
+// invitationTTL is how long an invitation token can be accepted.
+const invitationTTL = 7 * 24 * time.Hour
 
 func (s *Server) createOrganization(c *Call) error {
 	var in struct {
@@ -85,29 +32,26 @@ func (s *Server) createOrganization(c *Call) error {
 	slug := ""
 	if explicitSlug {
 		slug = *in.Slug
-		if len(slug) < 2 || len(slug) > maxSlugLength || !slugPattern.MatchString(slug) {
-			p.Add("must be 2 to 48 lower-case letters, digits and single hyphens", "slug")
+		if err := orgslug.Check(slug); err != nil {
+			p.Add(err.Error(), "slug")
 		}
 	}
 	if err := p.Err(); err != nil {
 		return err
 	}
 	if !explicitSlug {
-		slug = slugFrom(name)
+		slug = orgslug.FromName(name)
 	}
 	org := store.Organization{ID: newID(typeid.Org), Name: name, Slug: slug, CreatedAt: c.now}
 	owner := store.Member{ID: newID(typeid.Member), OrganizationID: org.ID, UserID: c.Principal.User.ID, Role: RoleOwner,
 		CreatedAt: c.now, Name: c.Principal.User.Name, Email: c.Principal.User.Email}
 	err := c.Tx(func(tx pgx.Tx) error {
-		err := store.CreateOrganization(c.Ctx, tx, org)
-		// A derived slug that collides is kept readable and made unique by a suffix.
-		for range derivedSlugAttempts {
-			if !errors.Is(err, store.ErrSlugTaken) || explicitSlug {
-				break
-			}
-			org.Slug = withRandomSuffix(slug)
-			err = store.CreateOrganization(c.Ctx, tx, org)
-		}
+		var err error
+		org.Slug, err = orgslug.Claim(slug, !explicitSlug, func(slug string) error {
+			o := org
+			o.Slug = slug
+			return store.CreateOrganization(c.Ctx, tx, o)
+		})
 		if err != nil {
 			return err
 		}
@@ -123,7 +67,7 @@ func (s *Server) createOrganization(c *Call) error {
 		c.Member = &owner
 		return c.Audit(tx, "organization.create", org.ID, map[string]any{"name": name, "slug": org.Slug})
 	})
-	if errors.Is(err, store.ErrSlugTaken) {
+	if errors.Is(err, orgslug.ErrTaken) {
 		return fault.Conflictf("slug_taken", "Another organization already uses this slug.")
 	}
 	if err != nil {

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgate-dev/tollgate/controlplane/orgslug"
 )
 
 // Sentinel errors of the accounts tables.
 var (
 	ErrEmailTaken    = errors.New("email already registered")
-	ErrSlugTaken     = errors.New("organization slug already taken")
+	ErrSlugTaken     = orgslug.ErrTaken // the domain's own sentinel, which orgslug.Claim retries on
 	ErrTeamNameTaken = errors.New("team name already taken")
 	ErrAlreadyMember = errors.New("already an active member of the organization")
 )
