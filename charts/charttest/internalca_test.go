@@ -306,15 +306,19 @@ func TestInternalCABundleRefused(t *testing.T) {
 		{"unknown key", slices.Concat(tlsOn, []string{"--set", "internalTLS.caBundle.secret=tollgate-internal-ca"}), "additional properties 'secret' not allowed"},
 		{"as a string", slices.Concat(tlsOn, []string{"--set", "internalTLS.caBundle=tollgate-internal-ca"}), "/internalTLS/caBundle"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, err := render(t, helm, tc.args...)
-			if err == nil {
-				t.Fatalf("helm template %v succeeds, want it to fail with %q:\n%.400s", tc.args, tc.want, out)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("helm template %v fails without saying %q:\n%v", tc.args, tc.want, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { renderFails(t, helm, tc.args, tc.want) })
+	}
+}
+
+// renderFails renders the chart with args and expects the render to fail saying want.
+func renderFails(t *testing.T, helm string, args []string, want string) {
+	t.Helper()
+	out, err := render(t, helm, args...)
+	if err == nil {
+		t.Fatalf("helm template %v succeeds, want it to fail with %q:\n%.400s", args, want, out)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("helm template %v fails without saying %q:\n%v", args, want, err)
 	}
 }
 
@@ -480,14 +484,6 @@ func TestInternalTLSEnforcerSecretRequired(t *testing.T) {
 		{"mTLS, no bundle", mtls, both},
 		{"mTLS, no bundle, sidecar", slices.Concat(mtls, sidecar), both},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, err := render(t, helm, tc.args...)
-			if err == nil {
-				t.Fatalf("helm template %v succeeds, want it to fail with %q:\n%.400s", tc.args, tc.want, out)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("helm template %v fails without saying %q:\n%v", tc.args, tc.want, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { renderFails(t, helm, tc.args, tc.want) })
 	}
 }
