@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -245,4 +246,103 @@ func startFront(t testing.TB, name string, cmd *exec.Cmd, listen string) *testio
 		return err == nil
 	})
 	return logs
+}
+
+// TestReverseProxiesSpreadOverGateways: deploy/'s Caddy, nginx and Traefik examples keep
+// their connections to the gateway in a pool (nginx's upstream keepalive, Traefik's
+// serversTransport, Caddy's transport), so without an end to connections an enforcer
+// added behind the Service would get none of a front's requests. With
+// TOLLGATE_GATEWAY_MAX_CONNECTION_AGE (here 1s) the gateway ends a connection past that
+// age by its next answer's `Connection: close`. Each front, in front of a proxy that
+// alternates connections between two enforcers' gateways (as a Service's proxy spreads
+// them), carries a client's requests for 4 s: every one answered 200 (a front that sent
+// a request on a connection the gateway ended would answer 502: nginx is told not to
+// try again, proxy_next_upstream off), both gateways proxying, new connections made, and
+// every request charged. At an age of 0 each front keeps the one connection its routing
+// probe made, and one gateway gets every request.
+func TestReverseProxiesSpreadOverGateways(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 2*time.Minute)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100, OutputTokens: 10})
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	env := gatewayEnv(up.URL)
+	env["TOLLGATE_GATEWAY_MAX_CONNECTION_AGE"] = "1s"
+	enfs := []*enforcer{s.startEnforcer(t, env), s.startEnforcer(t, env)}
+	hostOf := func(u string) string { return strings.TrimPrefix(u, "http://") }
+	service := newGate(t, hostOf(enfs[0].gateway), hostOf(enfs[1].gateway))
+	service.Open()
+	admin, err := url.Parse(enfs[0].admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fronts := map[string]func(t *testing.T, listen string) *exec.Cmd{
+		"caddy": func(t *testing.T, listen string) *exec.Cmd {
+			return caddyCommand(t, listen, service.ln.Addr().String())
+		},
+		"nginx": func(t *testing.T, listen string) *exec.Cmd {
+			return nginxCommand(t, listen, service.ln.Addr().String())
+		},
+		"traefik": func(t *testing.T, listen string) *exec.Cmd {
+			return traefikCommand(t, listen, service.ln.Addr().String(), admin.Port())
+		},
+	}
+	proxied := func(e *enforcer) float64 {
+		return e.metric(t, "tollgate_enforcer_gateway_requests_total", `outcome="proxied"`)
+	}
+	answered := 0
+	for _, name := range []string{"caddy", "nginx", "traefik"} {
+		t.Run(name, func(t *testing.T) {
+			listen := testio.FreeAddr(t)
+			logs := startFront(t, name, fronts[name](t, listen), listen)
+			base := "http://" + listen
+			waitFor(t, 10*time.Second, name+" routing to the gateways", func() bool {
+				res, err := http.Get(base + "/v1/models")
+				if err != nil {
+					return false
+				}
+				res.Body.Close()
+				return res.StatusCode == http.StatusUnauthorized
+			})
+			before := []float64{proxied(enfs[0]), proxied(enfs[1])}
+			relayed := service.Relayed()
+			client := &http.Client{Timeout: 10 * time.Second}
+			n := 0
+			for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+					strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+				req.Header.Set("Authorization", "Bearer "+o.key)
+				req.Header.Set("Content-Type", "application/json")
+				res, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("request %d through %s: %d %s (an ended connection failed a request)\n%s", n+1, name, res.StatusCode, b, logs)
+				}
+				n++
+			}
+			answered += n
+			for i, e := range enfs {
+				if got := proxied(e) - before[i]; got == 0 {
+					t.Errorf("enforcer %d's gateway proxied none of %d requests through %s (%d connections)", i+1, n, name, service.Relayed()-relayed)
+				}
+			}
+			// Its first connection was made by the routing probe, before these 4 s.
+			if made := service.Relayed() - relayed; made < 2 {
+				t.Errorf("%s made %d new connections to the gateways in 4 s at a connection age of 1 s", name, made)
+			}
+			t.Logf("%s: %d requests over %d connections", name, n, service.Relayed()-relayed)
+		})
+	}
+	// Every request reached the provider once and was charged.
+	cost := ceilDiv(100*inputPrice+10*outputPrice, 1_000_000)
+	waitFor(t, 15*time.Second, fmt.Sprintf("%d requests charged %d each", answered, cost), func() bool {
+		return s.status(t, o).Buckets[0].UsedMicroUsd == int64(answered)*cost
+	})
+	if calls := len(fake.Calls()); calls != answered {
+		t.Errorf("the provider got %d calls for %d requests answered", calls, answered)
+	}
 }
