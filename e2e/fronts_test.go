@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -306,24 +305,7 @@ func TestReverseProxiesSpreadOverGateways(t *testing.T) {
 			})
 			before := []float64{proxied(enfs[0]), proxied(enfs[1])}
 			relayed := service.Relayed()
-			client := &http.Client{Timeout: 10 * time.Second}
-			n := 0
-			for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-				req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
-					strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
-				req.Header.Set("Authorization", "Bearer "+o.key)
-				req.Header.Set("Content-Type", "application/json")
-				res, err := client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(res.Body)
-				res.Body.Close()
-				if res.StatusCode != http.StatusOK {
-					t.Fatalf("request %d through %s: %d %s (an ended connection failed a request)\n%s", n+1, name, res.StatusCode, b, logs)
-				}
-				n++
-			}
+			n := chatFor(t, 4*time.Second, base, o.key, name, logs)
 			answered += n
 			for i, e := range enfs {
 				if got := proxied(e) - before[i]; got == 0 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cpapp "github.com/tollgate-dev/tollgate/controlplane/app"
+	"github.com/tollgate-dev/tollgate/e2e/envoyemu"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -506,23 +507,7 @@ func TestCaddyForwardAuthSpreadsOverEnforcers(t *testing.T) {
 		"TOLLGATE_UPSTREAM="+strings.TrimPrefix(upstream.URL, "http://"))
 	logs := startFront(t, "caddy", cmd, listen)
 
-	client := &http.Client{Timeout: 10 * time.Second}
-	admitted := 0
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+listen+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
-		req.Header.Set("x-api-key", key)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("request %d through Caddy: %d %s (an ended connection failed a request)\n%s", admitted+1, res.StatusCode, b, logs)
-		}
-		admitted++
-	}
+	admitted := chatFor(t, 5*time.Second, "http://"+listen, key, "Caddy", logs)
 	for i, e := range enfs {
 		if n := e.metric(t, "tollgate_enforcer_decisions_total", `decision="admitted"`); n == 0 {
 			t.Errorf("enforcer %d admitted none of %d requests (Caddy made %d connections)", i+1, admitted, service.Relayed())
@@ -532,4 +517,139 @@ func TestCaddyForwardAuthSpreadsOverEnforcers(t *testing.T) {
 		t.Errorf("Caddy made %d connections in 5 s at a connection age of 1 s", n)
 	}
 	t.Logf("%d requests admitted and settled over %d connections", admitted, service.Relayed())
+}
+
+// TestEnvoySpreadsOverEnforcers: Envoy keeps its gRPC connections to the enforcer
+// cluster, and behind the chart's default Service (one virtual IP, not headless) each
+// reaches the enforcer the Service's proxy first gave it, so an enforcer added by a
+// scale-up or a rollout gets no checks. With TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE
+// (here 1s) each enforcer sends its client a GOAWAY at that age, the streams on the
+// connection left to finish. The Envoy emulator playing deploy/envoy/envoy.yaml, its
+// enforcer cluster a proxy that alternates connections between two enforcers, carries a
+// client's requests for 4 s: every one answered 200 and charged once, both enforcers
+// admitting, several connections made. And a stream that lasts 3 s, across the first
+// connection's age, is charged exactly: its ext_proc stream, the one that reads its
+// usage at the end, was not cut by the GOAWAY.
+func TestEnvoySpreadsOverEnforcers(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 2*time.Minute)
+	const chunk = `{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"a"}}]}`
+	var calls atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		if !strings.Contains(string(body), `"stream":true`) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 6 { // 3 s of chunks
+			fmt.Fprintf(w, "data: %s\n\n", chunk)
+			w.(http.Flusher).Flush()
+			time.Sleep(500 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":100,"total_tokens":1100}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(upstream.Close)
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	age := map[string]string{"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE": "1s"}
+	enfs := []*enforcer{s.startEnforcer(t, age), s.startEnforcer(t, age)}
+	service := newGate(t, enfs[0].grpc, enfs[1].grpc)
+	service.Open()
+	cfg, err := envoyemu.LoadFile("../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := envoyemu.New(envoyemu.Options{Config: cfg, Logf: t.Logf, TimeoutFloor: 5 * time.Second,
+		Clusters: map[string]string{"tollgate_enforcer": service.ln.Addr().String(), "llm_upstream": upstream.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(func() { front.Close(); proxy.Close() })
+	post := func(body string) (int, string, error) {
+		req, _ := http.NewRequest(http.MethodPost, front.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+o.key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return res.StatusCode, string(b), err
+	}
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	streamed := make(chan answer, 1)
+	go func() {
+		status, body, err := post(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		streamed <- answer{status, body, err}
+	}()
+	answered := chatFor(t, 4*time.Second, front.URL, o.key, "Envoy", nil)
+	a := <-streamed
+	if a.err != nil || a.status != http.StatusOK || strings.Count(a.body, "chat.completion.chunk") != 7 || !strings.Contains(a.body, "[DONE]") {
+		t.Fatalf("the 3 s stream: %d %v\n%s", a.status, a.err, a.body)
+	}
+	for i, e := range enfs {
+		if n := e.metric(t, "tollgate_enforcer_decisions_total", `decision="admitted"`); n == 0 {
+			t.Errorf("enforcer %d admitted none of %d requests (%d connections)", i+1, answered+1, service.Relayed())
+		}
+	}
+	if n := service.Relayed(); n < 3 {
+		t.Errorf("the emulated Envoy made %d connections in 4 s at a connection age of 1 s", n)
+	}
+	cost := ceilDiv(100*inputPrice+10*outputPrice, 1_000_000)
+	streamCost := ceilDiv(1_000*inputPrice+100*outputPrice, 1_000_000)
+	want := int64(answered)*cost + streamCost
+	used := s.status(t, o).Buckets[0].UsedMicroUsd
+	for deadline := time.Now().Add(15 * time.Second); used != want && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		used = s.status(t, o).Buckets[0].UsedMicroUsd
+	}
+	if used != want {
+		t.Fatalf("used %d µUSD, want %d: %d requests at %d and the stream at %d (a stream cut with its connection loses the usage it was to read)", used, want, answered, cost, streamCost)
+	}
+	if n := calls.Load(); n != int64(answered)+1 {
+		t.Errorf("the provider got %d calls for %d requests", n, answered+1)
+	}
+	if p := proxy.Problems(); len(p) > 0 {
+		t.Errorf("the emulated Envoy's problems: %q", p)
+	}
+	t.Logf("%d requests and a 3 s stream over %d connections, charged %d", answered, service.Relayed(), used)
+}
+
+// chatFor sends small chat completions to base's /v1/chat/completions, the key a bearer,
+// one after another for d, and fails the test on any answer but a 200 (a front that sent
+// a request on a connection its upstream had ended would answer an error). via names
+// what stands in front, logs (when not nil) its output. It returns how many were sent.
+func chatFor(t *testing.T, d time.Duration, base, key, via string, logs fmt.Stringer) int {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d through %s: %v", n+1, via, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			if logs != nil {
+				t.Logf("%s's output:\n%s", via, logs)
+			}
+			t.Fatalf("request %d through %s: %d %s (an ended connection failed a request)", n+1, via, res.StatusCode, b)
+		}
+		n++
+	}
+	return n
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tollgate-dev/tollgate/enforcer/authz"
 	"github.com/tollgate-dev/tollgate/enforcer/containersession"
@@ -275,8 +276,18 @@ func New(d Deps) *Enforcer {
 	// before the tracker settles what nobody reported (Serve). A connection that never
 	// completes its HTTP/2 handshake is dropped after handshakeTimeout: until then it
 	// holds up GracefulStop and even Stop (grpc's default is 2 minutes).
-	e.GRPC = grpc.NewServer(append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
-		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true), grpc.ConnectionTimeout(handshakeTimeout))...)
+	grpcOpts := append(grpcflow.ServerOptions(), grpc.ForceServerCodecV2(az.Codec()),
+		grpc.NumStreamWorkers(uint32(64*runtime.GOMAXPROCS(0))), grpc.WaitForHandlers(true), grpc.ConnectionTimeout(handshakeTimeout))
+	if age := cfg.GRPCMaxConnectionAge; age > 0 {
+		// gRPC sends the client a GOAWAY at the age (jittered by a tenth), in two steps
+		// so that no stream races it; the client opens a new connection for its next
+		// calls, which the Service may give to another enforcer. No grace: an ext_proc
+		// stream lasts as long as its request's answer (minutes for a long generation),
+		// and one cut would lose the usage it was about to read, so the old connection
+		// closes when its last stream ends.
+		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age}))
+	}
+	e.GRPC = grpc.NewServer(grpcOpts...)
 	authv3.RegisterAuthorizationServer(e.GRPC, az)
 	xp := extproc.New(e.Tracker, m, responseusage.Limits{})
 	e.Decoding = xp.Decoding

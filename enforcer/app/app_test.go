@@ -34,7 +34,7 @@ func TestDefaultConfig(t *testing.T) {
 	c := app.DefaultConfig()
 	if c.GRPCAddr != "127.0.0.1:9001" || c.HTTPAddr != "127.0.0.1:9002" || c.AdminAddr != "127.0.0.1:9091" || c.FailureMode != "closed" || c.Redis.Mode != "single" ||
 		c.SettleLinger != 50*time.Millisecond || c.SettleResendWindow != 2*time.Minute || c.ShutdownDelay != 5*time.Second || c.CheckTimeout != 800*time.Millisecond ||
-		c.HTTPMaxConnectionAge != 5*time.Minute {
+		c.HTTPMaxConnectionAge != 5*time.Minute || c.GRPCMaxConnectionAge != 5*time.Minute {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -58,6 +58,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW":    "2h",
 		"TOLLGATE_ENFORCER_MEMBER_CAPACITY":         "999",
 		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE": "500ms",
+		"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE": "-1s",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -68,7 +69,8 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_DEFERRED_BILLING", `TOLLGATE_DEFERRED_BILLING_ALLOW: "holidays" is not an endpoint billed later`,
 		"TOLLGATE_SHUTDOWN_DELAY: must not be negative", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",
 		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h", "TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000",
-		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s"} {
+		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s",
+		"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

@@ -41,6 +41,11 @@ type Config struct {
 	RedisCheckTimeout time.Duration
 	// GRPCAddr serves ext_authz, ext_proc and gRPC health (TOLLGATE_ENFORCER_GRPC_ADDR).
 	GRPCAddr string
+	// GRPCMaxConnectionAge sends a GOAWAY to each connection to GRPCAddr at that age
+	// (TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE; 0: for ever), its streams left to
+	// finish however long they take, so that an Envoy whose cluster is the Service's
+	// one virtual IP spreads again over the enforcers behind it.
+	GRPCMaxConnectionAge time.Duration
 	// HTTPAddr serves /check and /settle (TOLLGATE_ENFORCER_HTTP_ADDR).
 	HTTPAddr string
 	// HTTPMaxConnectionAge ends each connection to HTTPAddr at that age, by its first
@@ -172,6 +177,10 @@ const (
 	// enforcer added behind the Service gets its share of a forward-auth proxy's pooled
 	// connections within about five minutes.
 	DefaultHTTPMaxConnectionAge = DefaultGatewayMaxConnectionAge
+	// DefaultGRPCMaxConnectionAge is TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE's
+	// default, the same five minutes: Envoy opens a connection (one a worker thread)
+	// again in that time, and an enforcer added behind the Service gets its share.
+	DefaultGRPCMaxConnectionAge = DefaultGatewayMaxConnectionAge
 	DefaultAdminAddr            = "127.0.0.1:9091"
 	DefaultControlPlaneAddr     = "127.0.0.1:8081"
 	// DefaultRedisCheckTimeout: a healthy Redis answers a check's read in well under a
@@ -249,6 +258,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.RedisCheckTimeout, "redis-check-timeout", durationEnv("TOLLGATE_REDIS_CHECK_TIMEOUT", DefaultRedisCheckTimeout), "longest a check waits for Redis before answering as with Redis down (503 in closed mode); keep it well under the proxy's check timeout (TOLLGATE_REDIS_CHECK_TIMEOUT)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env("TOLLGATE_ENFORCER_GRPC_ADDR", DefaultGRPCAddr), "ext_authz, ext_proc and gRPC health listen address (TOLLGATE_ENFORCER_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("TOLLGATE_ENFORCER_HTTP_ADDR", DefaultHTTPAddr), "HTTP /check and /settle listen address (TOLLGATE_ENFORCER_HTTP_ADDR)")
+	fs.DurationVar(&c.GRPCMaxConnectionAge, "grpc-max-connection-age", durationEnv("TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE", DefaultGRPCMaxConnectionAge), "how long a connection to ext_authz and ext_proc lasts (give or take a tenth) before the enforcer asks its client to connect again (a GOAWAY; its streams finish, however long), so that an Envoy dialing the Service's virtual IP spreads over the enforcers behind it; 0: for ever (TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&c.HTTPMaxConnectionAge, "http-max-connection-age", durationEnv("TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE", DefaultHTTPMaxConnectionAge), "how long a connection to /check and /settle lasts (give or take a tenth) before its next response closes it (Connection: close), so that a forward-auth proxy's pool spreads over the enforcers behind a Service; 0: for ever (TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE)")
 	fs.StringVar(&c.AdminAddr, "admin-addr", env("TOLLGATE_ENFORCER_ADMIN_ADDR", DefaultAdminAddr), "/healthz, /readyz and /metrics listen address (TOLLGATE_ENFORCER_ADMIN_ADDR)")
 	fs.StringVar(&c.ControlPlaneAddr, "controlplane-addr", env("TOLLGATE_CONTROLPLANE_ADDR", DefaultControlPlaneAddr), "the control plane's internal gRPC address (TOLLGATE_CONTROLPLANE_ADDR)")
@@ -390,6 +400,7 @@ func (c Config) validate() []string {
 	}{
 		{"TOLLGATE_SHUTDOWN_TIMEOUT: must be positive", c.ShutdownTimeout > 0},
 		{"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s", c.HTTPMaxConnectionAge == 0 || c.HTTPMaxConnectionAge >= time.Second},
+		{"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s", c.GRPCMaxConnectionAge == 0 || c.GRPCMaxConnectionAge >= time.Second},
 		{"TOLLGATE_ENFORCER_IDENTITY_TTL: must be positive", c.IdentityTTL > 0},
 		{"TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s", c.RedisCheckTimeout >= 10*time.Millisecond && c.RedisCheckTimeout <= 10*time.Second},
 		{"TOLLGATE_ENFORCER_BLOCKED_TTL: must be between 0 and 1m", c.BlockedTTL >= 0 && c.BlockedTTL <= time.Minute},
