@@ -1,0 +1,129 @@
+package e2e_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// sdkModelUnions are the model names the official SDKs declare, as unions of string
+// literals (`export type ChatModel = 'gpt-6-astra' | ...;`): OpenAI's chat, Responses,
+// embedding, image, transcription and speech models, Anthropic's Messages models. Left
+// out: OpenAI's moderation models (its moderations are free: settled at 0) and
+// Anthropic's ModelLine (names of lines, "opus", not models a request names).
+var sdkModelUnions = []struct{ file, typ string }{
+	{"openai/resources/shared.d.ts", "ChatModel"},
+	{"openai/resources/shared.d.ts", "ResponsesModel"},
+	{"openai/resources/embeddings.d.ts", "EmbeddingModel"},
+	{"openai/resources/images.d.ts", "ImageModel"},
+	{"openai/resources/audio/audio.d.ts", "AudioModel"},
+	{"openai/resources/audio/speech.d.ts", "SpeechModel"},
+	{"@anthropic-ai/sdk/resources/messages/messages.d.ts", "Model"},
+}
+
+// Every model the official SDKs name is priced by its own catalog entry (its name, its
+// key, or its key without a snapshot suffix), or has a decision in sdkModelDecisions:
+// priced as a family's (pricecatalog.Steps's family prefix: said why that price is
+// right, or above the model's own), or unpriced (charged the fallback price, the
+// catalog's highest, and counted unpriced: said why it has no entry). An SDK update
+// that names a new model fails here until it is priced or decided, so that no model a
+// member's SDK offers is charged a cheaper model's price unnoticed (the Realtime models
+// of 2026 were, until docs/prices.md's entries of 2026-12-02).
+func TestEverySDKModelIsPriced(t *testing.T) {
+	dir := sdkDir(t)
+	modules := filepath.Join(dir, "node_modules")
+	catalog := pricecatalog.Default()
+	literal := regexp.MustCompile(`'([^']+)'`)
+	named, undecided := 0, map[string]bool{}
+	for _, u := range sdkModelUnions {
+		src, err := os.ReadFile(filepath.Join(modules, u.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		union := regexp.MustCompile(`(?s)export type ` + u.typ + ` = ([^;]*);`).FindSubmatch(src)
+		if union == nil {
+			t.Errorf("no union %s in %s", u.typ, u.file)
+			continue
+		}
+		for _, m := range literal.FindAllSubmatch(union[1], -1) {
+			model := string(m[1])
+			named++
+			how := priceOfSDKModel(catalog, model)
+			if how == "" {
+				continue
+			}
+			undecided[model] = true
+			if d, ok := sdkModelDecisions[model]; ok && !strings.HasPrefix(d, how) {
+				t.Errorf("%s: decided %q, but it is %s now", model, d, how)
+			}
+		}
+	}
+	if named < 150 {
+		t.Fatalf("read %d model names from the SDKs, want 150 or more: has their code's shape changed?", named)
+	}
+	checkDecided(t, undecided, sdkModelDecisions, 10, "sdkModelDecisions",
+		"give it a catalog entry (docs/prices.md), or say why its family's price, or the fallback price, is right")
+}
+
+// priceOfSDKModel says how the catalog prices model: "" by its own entry, "family <entry>:"
+// by a family prefix's, "unpriced:" by none.
+func priceOfSDKModel(c *pricecatalog.Catalog, model string) string {
+	own := pricecatalog.StripSnapshot(pricecatalog.Key(model))
+	for _, s := range pricecatalog.Steps(model) {
+		if e, ok := c.Find(s.Name); ok {
+			if e.Model == model || e.Model == pricecatalog.Key(model) || e.Model == own {
+				return ""
+			}
+			return "family " + e.Model + ":"
+		}
+	}
+	return "unpriced:"
+}
+
+// sdkModelDecisions: each SDK-named model the catalog prices by another entry's price, or
+// not at all, and why that is right. A decision starts with what the catalog does
+// ("family <entry>:" or "unpriced:"), which the test checks.
+var sdkModelDecisions = map[string]string{
+	"gpt-3.5-turbo-0125":     "family gpt-3.5-turbo: a dated snapshot of it (MMDD, which StripSnapshot leaves: a four-digit suffix can be a version), at its price",
+	"gpt-3.5-turbo-16k-0613": "family gpt-3.5-turbo-16k: a dated snapshot of it, at its price",
+	"gpt-4-0314":             "family gpt-4: a dated snapshot of it, at its price",
+	"gpt-4-0613":             "family gpt-4: a dated snapshot of it, at its price",
+	"gpt-4-32k-0314":         "family gpt-4-32k: a dated snapshot of it, at its price",
+	"gpt-4-32k-0613":         "family gpt-4-32k: a dated snapshot of it, at its price",
+	"gpt-4-turbo-preview":    "family gpt-4-turbo: the alias of gpt-4-0125-preview, at gpt-4-turbo's price (10 / 30)",
+	"gpt-4-vision-preview":   "family gpt-4: OpenAI priced it as gpt-4-turbo (10 / 30); gpt-4's 30 / 60 is above",
+	"gpt-4o-transcribe-diarize": "family gpt-4o-transcribe: OpenAI prices the diarizing transcription as gpt-4o-transcribe " +
+		"(text 2.50 / 10, audio 6 per million; 0.006 USD a minute)",
+	"gpt-5-chat-latest":   "family gpt-5: ChatGPT's snapshot of GPT-5, at its price (1.25 / 10)",
+	"gpt-5-codex":         "family gpt-5: at GPT-5's price (1.25 / 10)",
+	"gpt-5.1-chat-latest": "family gpt-5.1: at its price (1.25 / 10)",
+	"gpt-5.1-codex":       "family gpt-5.1: at its price (1.25 / 10)",
+	"gpt-5.1-codex-max":   "family gpt-5.1: at its price (1.25 / 10)",
+	"gpt-5.1-mini":        "family gpt-5.1: no price found; a mini is priced below its line's full model, so gpt-5.1's errs above",
+	"gpt-5.2-chat-latest": "family gpt-5.2: at its price (1.75 / 14)",
+	"gpt-5.6-cyber": "family gpt-5.6: no price found (a GPT-5.6 for vetted security work, by invitation); charged " +
+		"GPT-5.6's, the model it is; an organization with access prices it with PUT /v1/gateway/model-prices",
+	"gpt-6.2-astra-law": "family gpt-6.2-astra: no price found (a GPT-6.2 Astra for legal work); charged " +
+		"GPT-6.2 Astra's, the model it is; an organization with access prices it with PUT /v1/gateway/model-prices",
+	"o1-preview":            "family o1: o1-preview was priced as o1 (15 / 60)",
+	"o1-preview-2024-09-12": "family o1: o1-preview's snapshot, priced as o1 (15 / 60)",
+	"claude-mythos-5-1": "family claude-mythos-5: no price found; Fable 5.1, the same model with safeguards, " +
+		"is 10 / 50, Mythos 5's price",
+	"claude-mythos-5-2": "family claude-mythos-5: no price found; Fable 5.2, the same model with safeguards, " +
+		"is 8 / 40, below Mythos 5's 10 / 50",
+	"chatgpt-image-latest": "unpriced: no price found for ChatGPT's image model by this name; the fallback price " +
+		"(the catalog's highest) errs above any image model's",
+	"dall-e-2": "unpriced: removed from OpenAI's API in May 2026 (docs/prices.md, Images): a call is the provider's error",
+	"dall-e-3": "unpriced: removed from OpenAI's API in May 2026 (docs/prices.md, Images): a call is the provider's error",
+	"gpt-transcribe": "unpriced: billed by the minute (0.0045 USD), which the catalog prices for no model of " +
+		"its kind yet (docs/prices.md, Left out): charged the highest minute price, above",
+	"gpt-6-cyber":              "unpriced: no price found (by invitation, for vetted security work): the fallback price, above",
+	"gpt-6-rosalind":           "unpriced: no price found (by invitation, for life-science research): the fallback price, above",
+	"gpt-rosalind-research":    "unpriced: no price found (by invitation, for life-science research): the fallback price, above",
+	"gpt-daybreak-blue-latest": "unpriced: no price found (a preview by invitation): the fallback price, above",
+	"gpt-daybreak-red-latest":  "unpriced: no price found (a preview by invitation): the fallback price, above",
+}
