@@ -11,10 +11,14 @@ import (
 )
 
 // sdkModelUnions are the model names the official SDKs declare, as unions of string
-// literals (`export type ChatModel = 'gpt-6-astra' | ...;`): OpenAI's chat, Responses,
-// embedding, image, transcription and speech models, Anthropic's Messages models. Left
-// out: OpenAI's moderation models (its moderations are free: settled at 0) and
-// Anthropic's ModelLine (names of lines, "opus", not models a request names).
+// literals: named (`export type ChatModel = 'gpt-6-astra' | ...;`, typ) or inline in a
+// request's type (`model?: (string & {}) | 'gpt-realtime' | ...;`, typ ""): OpenAI's
+// chat, Responses, embedding, image, transcription, speech, completion, Assistants,
+// Realtime and Live models and the models of its image tool, Anthropic's Messages
+// models. Left out: OpenAI's moderation models (its moderations are free: settled at 0),
+// its voice-creation model versions ('2026-10-08') and fine-tuning's base models (a job
+// trains; its models are called by their fine-tuned names), and Anthropic's ModelLine
+// (names of lines, "opus", not models a request names).
 var sdkModelUnions = []struct{ file, typ string }{
 	{"openai/resources/shared.d.ts", "ChatModel"},
 	{"openai/resources/shared.d.ts", "ResponsesModel"},
@@ -22,8 +26,20 @@ var sdkModelUnions = []struct{ file, typ string }{
 	{"openai/resources/images.d.ts", "ImageModel"},
 	{"openai/resources/audio/audio.d.ts", "AudioModel"},
 	{"openai/resources/audio/speech.d.ts", "SpeechModel"},
+	{"openai/resources/completions.d.ts", ""},
+	{"openai/resources/beta/assistants.d.ts", ""},
+	{"openai/resources/responses/responses.d.ts", ""},
+	{"openai/resources/beta/responses/responses.d.ts", ""},
+	{"openai/resources/realtime/realtime.d.ts", ""},
+	{"openai/resources/realtime/calls.d.ts", ""},
+	{"openai/resources/realtime/client-secrets.d.ts", ""},
+	{"openai/resources/live/live.d.ts", ""},
+	{"openai/resources/live/sessions.d.ts", ""},
 	{"@anthropic-ai/sdk/resources/messages/messages.d.ts", "Model"},
 }
+
+// sdkInlineModelUnion is a request type's model member whose type lists names.
+var sdkInlineModelUnion = regexp.MustCompile(`model\??: \(string & \{\}\) \| ('[^;]*);`)
 
 // Every model the official SDKs name is priced by its own catalog entry (its name, its
 // key, or its key without a snapshot suffix), or has a decision in sdkModelDecisions:
@@ -38,35 +54,43 @@ func TestEverySDKModelIsPriced(t *testing.T) {
 	modules := filepath.Join(dir, "node_modules")
 	catalog := pricecatalog.Default()
 	literal := regexp.MustCompile(`'([^']+)'`)
-	named, undecided := 0, map[string]bool{}
+	names, undecided := map[string]bool{}, map[string]bool{}
 	for _, u := range sdkModelUnions {
 		src, err := os.ReadFile(filepath.Join(modules, u.file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		union := regexp.MustCompile(`(?s)export type ` + u.typ + ` = ([^;]*);`).FindSubmatch(src)
-		if union == nil {
-			t.Errorf("no union %s in %s", u.typ, u.file)
-			continue
+		var unions [][][]byte
+		if u.typ != "" {
+			unions = regexp.MustCompile(`(?s)export type `+u.typ+` = ([^;]*);`).FindAllSubmatch(src, 1)
+		} else {
+			unions = sdkInlineModelUnion.FindAllSubmatch(src, -1)
 		}
-		for _, m := range literal.FindAllSubmatch(union[1], -1) {
-			model := string(m[1])
-			named++
-			how := priceOfSDKModel(catalog, model)
-			if how == "" {
-				continue
-			}
-			undecided[model] = true
-			if d, ok := sdkModelDecisions[model]; ok && !strings.HasPrefix(d, how) {
-				t.Errorf("%s: decided %q, but it is %s now", model, d, how)
+		if len(unions) == 0 {
+			t.Errorf("no model union %q in %s", u.typ, u.file)
+		}
+		for _, union := range unions {
+			for _, m := range literal.FindAllSubmatch(union[1], -1) {
+				names[string(m[1])] = true
 			}
 		}
 	}
-	if named < 150 {
-		t.Fatalf("read %d model names from the SDKs, want 150 or more: has their code's shape changed?", named)
+	if len(names) < 150 {
+		t.Fatalf("read %d model names from the SDKs, want 150 or more: has their code's shape changed?", len(names))
+	}
+	for model := range names {
+		how := priceOfSDKModel(catalog, model)
+		if how == "" {
+			continue
+		}
+		undecided[model] = true
+		if d, ok := sdkModelDecisions[model]; ok && !strings.HasPrefix(d, how) {
+			t.Errorf("%s: decided %q, but it is %s now", model, d, how)
+		}
 	}
 	checkDecided(t, undecided, sdkModelDecisions, 10, "sdkModelDecisions",
 		"give it a catalog entry (docs/prices.md), or say why its family's price, or the fallback price, is right")
+	t.Logf("%d model names, %d priced by another entry's price or none, each decided", len(names), len(undecided))
 }
 
 // priceOfSDKModel says how the catalog prices model: "" by its own entry, "family <entry>:"
@@ -109,6 +133,8 @@ var sdkModelDecisions = map[string]string{
 		"GPT-5.6's, the model it is; an organization with access prices it with PUT /v1/gateway/model-prices",
 	"gpt-6.2-astra-law": "family gpt-6.2-astra: no price found (a GPT-6.2 Astra for legal work); charged " +
 		"GPT-6.2 Astra's, the model it is; an organization with access prices it with PUT /v1/gateway/model-prices",
+	"gpt-audio-1.5":         "family gpt-audio: at its price (text 2.50 / 10, audio 32 / 64), as two sources list it",
+	"gpt-realtime-1.5":      "family gpt-realtime: at its price (text 4 / 16, audio 32 / 64), as the sources list it",
 	"o1-preview":            "family o1: o1-preview was priced as o1 (15 / 60)",
 	"o1-preview-2024-09-12": "family o1: o1-preview's snapshot, priced as o1 (15 / 60)",
 	"claude-mythos-5-1": "family claude-mythos-5: no price found; Fable 5.1, the same model with safeguards, " +
@@ -120,6 +146,8 @@ var sdkModelDecisions = map[string]string{
 	"dall-e-2": "unpriced: removed from OpenAI's API in May 2026 (docs/prices.md, Images): a call is the provider's error",
 	"dall-e-3": "unpriced: removed from OpenAI's API in May 2026 (docs/prices.md, Images): a call is the provider's error",
 	"gpt-transcribe": "unpriced: billed by the minute (0.0045 USD), which the catalog prices for no model of " +
+		"its kind yet (docs/prices.md, Left out): charged the highest minute price, above",
+	"gpt-live-transcribe": "unpriced: billed by the minute (0.017 USD), which the catalog prices for no model of " +
 		"its kind yet (docs/prices.md, Left out): charged the highest minute price, above",
 	"gpt-6-cyber":              "unpriced: no price found (by invitation, for vetted security work): the fallback price, above",
 	"gpt-6-rosalind":           "unpriced: no price found (by invitation, for life-science research): the fallback price, above",
