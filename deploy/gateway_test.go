@@ -23,7 +23,7 @@ import (
 )
 
 // The proxies in front of the enforcer's inference gateway (deploy/README.md, "Without
-// Envoy: the gateway"): Caddy, nginx and Traefik only reverse-proxy to it. What every
+// Envoy: the gateway"): Caddy, nginx, Traefik and HAProxy only reverse-proxy to it. What every
 // one of them must get right, and these tests check:
 //   - the gateway's address and the enforcer's admin port are the documented defaults;
 //   - streams are not held back (no response buffering, no compression, flushes);

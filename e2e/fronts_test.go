@@ -19,9 +19,9 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
-// TestReverseProxiesInFrontOfTheGateway runs deploy/'s own Caddy, nginx and Traefik
-// examples, as written (only their addresses and, for nginx, its scratch paths, for
-// Traefik its dynamic file's path, changed), in front of
+// TestReverseProxiesInFrontOfTheGateway runs deploy/'s own Caddy, nginx, Traefik and
+// HAProxy examples, as written (only their addresses and, for nginx, its scratch paths,
+// for Traefik its dynamic file's path, changed), in front of
 // the gateway, and the official OpenAI SDK through each: a streamed chat completion and
 // a Realtime session (a WebSocket the front must upgrade) are charged exactly. A front
 // that buffered the stream, dropped the member's key or refused the upgrade would fail.
@@ -53,12 +53,13 @@ func TestReverseProxiesInFrontOfTheGateway(t *testing.T) {
 		},
 		"nginx":   func(t *testing.T, listen string) *exec.Cmd { return nginxCommand(t, listen, gw.Host) },
 		"traefik": func(t *testing.T, listen string) *exec.Cmd { return traefikCommand(t, listen, gw.Host, admin.Port()) },
+		"haproxy": func(t *testing.T, listen string) *exec.Cmd { return haproxyCommand(t, listen, gw.Host, admin.Port()) },
 	}
 	ran := 0 // fronts whose run finished (a front not installed is skipped outside CI)
 	// Streams a front cut and the test asked again (Caddy's, below): settled and charged
 	// too. The subtests run one after another.
 	extraSettled, extraUsed := 0, int64(0)
-	for _, name := range []string{"caddy", "nginx", "traefik"} {
+	for _, name := range []string{"caddy", "nginx", "traefik", "haproxy"} {
 		t.Run(name, func(t *testing.T) {
 			listen := testio.FreeAddr(t)
 			cmd := fronts[name](t, listen)
@@ -170,6 +171,19 @@ func traefikCommand(t testing.TB, listen, upstream, healthPort string) *exec.Cmd
 // traefikInstall says how to get Traefik.
 const traefikInstall = "bash deploy/traefik/build.sh (Traefik is not packaged for Debian: it builds Traefik from its Go module)"
 
+// haproxyCommand runs deploy/haproxy/haproxy.cfg as written but for its addresses
+// (listen, and upstream in place of the gateway's) and its health check's port
+// (healthPort, the enforcer's admin port), in the foreground.
+func haproxyCommand(t testing.TB, listen, upstream, healthPort string) *exec.Cmd {
+	t.Helper()
+	haproxy := testio.LookTool(t, "haproxy", "apt-get install --no-install-recommends haproxy")
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	writeFile(t, path, replaced(t, "../deploy/haproxy/haproxy.cfg",
+		"bind 127.0.0.1:8080", "bind "+listen,
+		"server gateway 127.0.0.1:9003 check port 9091", "server gateway "+upstream+" check port "+healthPort))
+	return exec.Command(haproxy, "-db", "-f", path)
+}
+
 // nginxCommand runs deploy/nginx/nginx.conf as written but for its addresses (listen,
 // and upstream in place of the gateway's), its scratch paths and its access log (off).
 func nginxCommand(t testing.TB, listen, upstream string) *exec.Cmd {
@@ -247,9 +261,9 @@ func startFront(t testing.TB, name string, cmd *exec.Cmd, listen string) *testio
 	return logs
 }
 
-// TestReverseProxiesSpreadOverGateways: deploy/'s Caddy, nginx and Traefik examples keep
-// their connections to the gateway in a pool (nginx's upstream keepalive, Traefik's
-// serversTransport, Caddy's transport), so without an end to connections an enforcer
+// TestReverseProxiesSpreadOverGateways: deploy/'s Caddy, nginx, Traefik and HAProxy
+// examples keep their connections to the gateway in a pool (nginx's upstream keepalive,
+// Traefik's serversTransport, Caddy's transport, HAProxy's http-reuse), so without an end to connections an enforcer
 // added behind the Service would get none of a front's requests. With
 // TOLLGATE_GATEWAY_MAX_CONNECTION_AGE (here 1s) the gateway ends a connection past that
 // age by its next answer's `Connection: close`. Each front, in front of a proxy that
@@ -285,12 +299,15 @@ func TestReverseProxiesSpreadOverGateways(t *testing.T) {
 		"traefik": func(t *testing.T, listen string) *exec.Cmd {
 			return traefikCommand(t, listen, service.ln.Addr().String(), admin.Port())
 		},
+		"haproxy": func(t *testing.T, listen string) *exec.Cmd {
+			return haproxyCommand(t, listen, service.ln.Addr().String(), admin.Port())
+		},
 	}
 	proxied := func(e *enforcer) float64 {
 		return e.metric(t, "tollgate_enforcer_gateway_requests_total", `outcome="proxied"`)
 	}
 	answered := 0
-	for _, name := range []string{"caddy", "nginx", "traefik"} {
+	for _, name := range []string{"caddy", "nginx", "traefik", "haproxy"} {
 		t.Run(name, func(t *testing.T) {
 			listen := testio.FreeAddr(t)
 			logs := startFront(t, name, fronts[name](t, listen), listen)
