@@ -373,20 +373,26 @@ func deref(s *string) string {
 	return *s
 }
 
-// sdkDir returns e2e/sdk with its node_modules installed (`npm ci` when they are missing
-// or older than the lock file). Without node or npm the test fails under CI=true and is
-// skipped elsewhere.
+// sdkDir returns e2e/sdk with its node_modules installed (npmDir).
 func sdkDir(t *testing.T) string {
+	t.Helper()
+	return npmDir(t, "sdk")
+}
+
+// npmDir returns e2e/<name> (sdk, clients) with its node_modules installed (`npm ci`
+// when they are missing or older than the lock file). Without node or npm the test
+// fails under CI=true and is skipped elsewhere.
+func npmDir(t *testing.T, name string) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "true" {
 				t.Fatalf("%s is not installed (CI=true): .ci/run installs Debian's nodejs and npm", tool)
 			}
-			t.Skipf("%s is not installed: install Node.js and npm (Debian: apt-get install nodejs npm) to run the SDK test", tool)
+			t.Skipf("%s is not installed: install Node.js and npm (Debian: apt-get install nodejs npm) to run the test", tool)
 		}
 	}
-	dir, err := filepath.Abs("sdk")
+	dir, err := filepath.Abs(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +405,7 @@ func sdkDir(t *testing.T) string {
 	if err == nil && !installed.ModTime().Before(lock.ModTime()) {
 		return dir
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
 	cmd.Dir = dir

@@ -1,0 +1,220 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+)
+
+// clientRun is what an AI coding tool's one-shot run gave: its exit code, its standard
+// output and error, and how long it took.
+type clientRun struct {
+	exit           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// runClient runs e2e/clients' tool (claude, codex) with args in a scratch working
+// directory, with only PATH and env in its environment (a HOME of its own among them)
+// and nothing on its standard input. A run that hangs is killed after two minutes.
+func runClient(t *testing.T, tool string, env []string, args ...string) clientRun {
+	t.Helper()
+	bin := filepath.Join(npmDir(t, "clients"), "node_modules", ".bin", tool)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// Its own process group, killed whole: codex is a Node wrapper around the native
+	// binary, which would outlive the wrapper and hold the output pipes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Dir = t.TempDir()
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := clientRun{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v did not finish within two minutes\nstdout: %s\nstderr: %s", tool, args, r.stdout, r.stderr)
+	}
+	if exit, ok := err.(*exec.ExitError); ok {
+		r.exit = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	t.Logf("%s (%s, exit %d): %s", tool, r.took.Round(time.Millisecond), r.exit, strings.TrimSpace(r.stdout))
+	return r
+}
+
+// clientCalls waits for the receipts of the provider calls since before and requires
+// each to be charged want, complete, and the member's key never to have reached the
+// provider; it returns how many there were.
+func clientCalls(t *testing.T, s *stack, fake *fakellm.Server, before int, key string, want int64) int {
+	t.Helper()
+	calls := fake.Calls()[before:]
+	if len(calls) == 0 {
+		t.Fatal("the provider got no call")
+	}
+	checkOnlyTheProviderCredential(t, calls, key)
+	for _, c := range calls {
+		rec := waitReceipt(t, s, c.Header.Get("X-Service-Request-Id"))
+		if rec.cost() != want || rec["complete"] != true {
+			t.Errorf("%s %s: receipt %s, want %d, complete", c.API, c.Model, rec, want)
+		}
+	}
+	t.Logf("%d provider calls, each charged %d", len(calls), want)
+	return len(calls)
+}
+
+// TestClaudeCodeThroughTheGateway: Anthropic's Claude Code (e2e/clients' pinned
+// release, its native binary), set up as docs/gateway.md says (ANTHROPIC_BASE_URL at
+// the gateway, the member's key in ANTHROPIC_API_KEY, sent as x-api-key, or in
+// ANTHROPIC_AUTH_TOKEN, sent as Authorization: Bearer), answers a one-shot prompt
+// (`claude -p`): every call it made charged exactly, the member's key never reaching
+// the provider. Once the member's limit is spent it fails at once with the usage-limit
+// 429's message, having sent the call once (it did so with the gateway's
+// X-Should-Retry: false taken away too: Claude Code does not retry this 429 whatever
+// that header says).
+func TestClaudeCodeThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const claude = "claude-haiku-4-5"
+	// 0.60 USD a call at the catalog's price: two calls spend the 1 USD day limit.
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, OutputTokens: 100_000})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	e, ok := pricecatalog.Lookup(claude)
+	if !ok {
+		t.Fatalf("%s is not in the catalog", claude)
+	}
+	want := ceilDiv(100_000*e.InputPerMillion+100_000*e.OutputPerMillion, 1_000_000)
+	env := func(keyVar string) []string {
+		return []string{"HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + s.gateway, keyVar + "=" + o.key,
+			// Nothing but the calls the prompt needs: no telemetry, no update check.
+			"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
+	}
+	prompt := []string{"-p", "How are tolls paid?", "--model", claude, "--output-format", "json"}
+	var result struct {
+		Result         string
+		IsError        bool `json:"is_error"`
+		APIErrorStatus *int `json:"api_error_status"`
+	}
+	settled := 0
+	for _, keyVar := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"} {
+		t.Run(keyVar, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runClient(t, "claude", env(keyVar), prompt...)
+			if err := json.Unmarshal([]byte(r.stdout), &result); r.exit != 0 || err != nil || result.IsError || result.Result != fakellm.Text {
+				t.Fatalf("claude -p: exit %d, %+v (%v)\nstderr: %s", r.exit, result, err, r.stderr)
+			}
+			settled += clientCalls(t, s, fake, before, o.key, want)
+		})
+	}
+	s.waitUsed(t, o, settled, int64(settled)*want)
+	s.waitBlocked(t, o)
+	before := len(fake.Calls())
+	refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+	r := runClient(t, "claude", env("ANTHROPIC_API_KEY"), prompt...)
+	result.Result, result.APIErrorStatus = "", nil
+	_ = json.Unmarshal([]byte(r.stdout), &result)
+	if r.exit == 0 || !result.IsError || result.APIErrorStatus == nil || *result.APIErrorStatus != 429 ||
+		!strings.Contains(result.Result, "Usage limit exceeded (day)") {
+		t.Errorf("blocked, claude -p: exit %d, %+v; want the usage-limit 429's message", r.exit, result)
+	}
+	if n := len(fake.Calls()) - before; n != 0 {
+		t.Errorf("blocked, the provider got %d calls", n)
+	}
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+		t.Errorf("blocked, the gateway refused %v calls, want 1: Claude Code retried the 429", n)
+	}
+}
+
+// codexEvents reads `codex exec --json`'s events (one JSON object a line): the agent's
+// messages and the errors it reported.
+func codexEvents(out string) (messages, errors []string) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		var ev struct {
+			Type    string
+			Message string
+			Item    struct{ Type, Text, Message string }
+			Error   struct{ Message string }
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		switch {
+		case ev.Type == "item.completed" && ev.Item.Type == "agent_message":
+			messages = append(messages, ev.Item.Text)
+		case ev.Type == "error":
+			errors = append(errors, ev.Message)
+		case ev.Type == "turn.failed":
+			errors = append(errors, ev.Error.Message)
+		}
+	}
+	return messages, errors
+}
+
+// TestCodexThroughTheGateway: OpenAI's Codex CLI (e2e/clients' pinned release, its
+// native binary) with a model provider of its own for the gateway, as docs/gateway.md
+// shows (Codex does not read OPENAI_BASE_URL: `-c model_providers.tollgate={...}` with
+// the gateway's /v1 as base_url, the member's key in the variable env_key names, the
+// Responses API, and stream_max_retries=0), answers `codex exec`: every call it made
+// charged exactly, the member's key never reaching the provider. Once the member's
+// limit is spent it fails at once with the 429, having sent the call once. (Without
+// stream_max_retries=0, Codex 0.171 shows "Reconnecting... 1/5" and waits: no second
+// attempt came within 40 s of a 429 whose Retry-After is hours.)
+func TestCodexThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	// 0.60 USD a call at the organization's price of model: two calls spend the limit.
+	const in, out = 2_000_000, 500_000
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	want := catalogCost(in, 0, out)
+	env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key}
+	args := []string{"exec", "--skip-git-repo-check", "--json", "-m", model,
+		"-c", `model_providers.tollgate={name="Tollgate",base_url="` + s.gateway + `/v1",env_key="TOLLGATE_API_KEY",wire_api="responses",stream_max_retries=0}`,
+		"-c", "model_provider=tollgate", "How are tolls paid?"}
+	settled := 0
+	for i := range 2 {
+		before := len(fake.Calls())
+		r := runClient(t, "codex", env, args...)
+		messages, errs := codexEvents(r.stdout)
+		if r.exit != 0 || len(messages) == 0 || messages[len(messages)-1] != fakellm.Text {
+			t.Fatalf("codex exec %d: exit %d, messages %q, errors %q\nstderr: %s", i+1, r.exit, messages, errs, r.stderr)
+		}
+		settled += clientCalls(t, s, fake, before, o.key, want)
+	}
+	s.waitUsed(t, o, settled, int64(settled)*want)
+	s.waitBlocked(t, o)
+	before := len(fake.Calls())
+	refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+	r := runClient(t, "codex", env, args...)
+	_, errs := codexEvents(r.stdout)
+	// Codex shows the status, not the body's message.
+	if r.exit == 0 || len(errs) == 0 || !strings.Contains(errs[len(errs)-1], "429 Too Many Requests") {
+		t.Errorf("blocked, codex exec: exit %d, errors %q; want the 429", r.exit, errs)
+	}
+	if n := len(fake.Calls()) - before; n != 0 {
+		t.Errorf("blocked, the provider got %d calls", n)
+	}
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+		t.Errorf("blocked, the gateway refused %v calls, want 1", n)
+	}
+	s.waitUsed(t, o, settled, int64(settled)*want)
+}
