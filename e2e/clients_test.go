@@ -25,7 +25,7 @@ type clientRun struct {
 	took           time.Duration
 }
 
-// runClient runs e2e/clients' tool (claude, codex) with args in a scratch working
+// runClient runs e2e/clients' tool (claude, codex, gemini) with args in a scratch working
 // directory, with only PATH and env in its environment (a HOME of its own among them)
 // and nothing on its standard input. A run that hangs is killed after two minutes.
 func runClient(t *testing.T, tool string, env []string, args ...string) clientRun {
@@ -40,7 +40,13 @@ func runClient(t *testing.T, tool string, env []string, args ...string) clientRu
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Dir = t.TempDir()
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	// The Node.js of e2e/sdk's lock (22) first: Debian 12's is 18, and the Gemini CLI
+	// needs 20 or later.
+	path := os.Getenv("PATH")
+	if node := sdkNode(sdkDir(t)); filepath.IsAbs(node) {
+		path = filepath.Dir(node) + string(os.PathListSeparator) + path
+	}
+	cmd.Env = append([]string{"PATH=" + path}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -217,4 +223,74 @@ func TestCodexThroughTheGateway(t *testing.T) {
 		t.Errorf("blocked, the gateway refused %v calls, want 1", n)
 	}
 	s.waitUsed(t, o, settled, int64(settled)*want)
+}
+
+// TestGeminiCLIThroughTheGateway: Google's Gemini CLI (e2e/clients' pinned release) with
+// GOOGLE_GEMINI_BASE_URL at the gateway and the member's key in GEMINI_API_KEY (its
+// settings choosing the API key's sign-in, usage statistics off, and one attempt a
+// request: general.maxAttempts 1), answers `gemini -p`: every call it made charged
+// exactly, the member's key never reaching the provider. Once the member's limit is
+// spent it fails at once with the 429, having sent the call once. (With its default of
+// 10 attempts, 0.61 sent a blocked call 8 times in 2.5 minutes, backing off, each
+// refused at the gateway: seen by hand, not held by a test.)
+func TestGeminiCLIThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const gemini = "gemini-2.5-flash"
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 1_000_000, OutputTokens: 200_000})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	e, ok := pricecatalog.Lookup(gemini)
+	if !ok {
+		t.Fatalf("%s is not in the catalog", gemini)
+	}
+	want := ceilDiv(1_000_000*e.InputPerMillion+200_000*e.OutputPerMillion, 1_000_000)
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, ".gemini", "settings.json"),
+		`{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"maxAttempts":1},`+
+			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
+	env := []string{"HOME=" + home, "GOOGLE_GEMINI_BASE_URL=" + s.gateway, "GEMINI_API_KEY=" + o.key,
+		// -p runs headless, which the CLI allows in a folder the user trusts.
+		"GEMINI_CLI_TRUST_WORKSPACE=true",
+		// Its error reports go to the temporary directory: the test's own.
+		"TMPDIR=" + t.TempDir()}
+	args := []string{"-p", "How are tolls paid?", "-m", gemini, "--output-format", "json"}
+	var result struct{ Response string }
+	settled := 0
+	for i := range 2 {
+		before := len(fake.Calls())
+		r := runClient(t, "gemini", env, args...)
+		if err := json.Unmarshal([]byte(jsonTail(r.stdout)), &result); r.exit != 0 || err != nil || result.Response != fakellm.Text {
+			t.Fatalf("gemini -p %d: exit %d, %+v (%v)\nstderr: %s", i+1, r.exit, result, err, r.stderr)
+		}
+		settled += clientCalls(t, s, fake, before, o.key, want)
+	}
+	s.waitUsed(t, o, settled, int64(settled)*want)
+	s.waitBlocked(t, o)
+	before := len(fake.Calls())
+	refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+	r := runClient(t, "gemini", env, args...)
+	n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused
+	// The CLI writes the API's error (the refusal's body) to its standard error.
+	if r.exit == 0 || !strings.Contains(r.stderr, "Usage limit exceeded (day)") {
+		t.Errorf("blocked, gemini -p: exit %d; want the usage-limit 429's message\nstderr: %s", r.exit, r.stderr)
+	}
+	if n != 1 {
+		t.Errorf("blocked, the gateway refused %v calls, want 1", n)
+	}
+	if n := len(fake.Calls()) - before; n != 0 {
+		t.Errorf("blocked, the provider got %d calls", n)
+	}
+}
+
+// jsonTail is the JSON object that ends out: the CLI may print lines (warnings) before
+// it.
+func jsonTail(out string) string {
+	if i := strings.Index(out, "\n{"); i >= 0 {
+		return out[i+1:]
+	}
+	return out
 }
