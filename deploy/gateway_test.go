@@ -417,30 +417,12 @@ func upgradeMap(http []*ngxDirective) bool {
 	return false
 }
 
-// TestNginxConfig parses nginx/nginx.conf and checks what the gateway needs of it.
+// TestNginxConfig parses nginx/nginx.conf and checks what the gateway needs of it, and
+// proves the parser and checkNginx have teeth: each edit of the real file must be
+// reported.
 func TestNginxConfig(t *testing.T) {
-	b, err := os.ReadFile("nginx/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := parseNginx(string(b))
-	if err != nil {
-		t.Fatalf("nginx.conf: %v", err)
-	}
-	for _, p := range checkNginx(top) {
-		t.Error(p)
-	}
-}
-
-// TestNginxCheckerCatches proves the parser and checkNginx have teeth: each edit of the
-// real file must be reported.
-func TestNginxCheckerCatches(t *testing.T) {
-	b, err := os.ReadFile("nginx/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(b)
-	tests := []struct{ name, old, new, want string }{
+	problems := func(src string) []string { return configProblems(src, parseNginx, checkNginx) }
+	requireProblemsFound(t, "nginx/nginx.conf", problems, []configEdit{
 		{"response buffering", "proxy_buffering off;", "proxy_buffering on;", "proxy_buffering"},
 		{"request buffering", "proxy_request_buffering off;", "", "proxy_request_buffering"},
 		{"short read timeout", "proxy_read_timeout 15m;", "proxy_read_timeout 60s;", "proxy_read_timeout"},
@@ -460,24 +442,7 @@ func TestNginxCheckerCatches(t *testing.T) {
 		{"missing semicolon", "proxy_next_upstream off;", "proxy_next_upstream off", "lacks its ';'"},
 		{"unclosed block", "events {", "events { events {", "never closed"},
 		{"wrong upstream", "server 127.0.0.1:9003;", "server 127.0.0.1:9002;", "want the gateway"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(src, tc.old) {
-				t.Fatalf("nginx.conf no longer contains %q", tc.old)
-			}
-			var problems []string
-			top, err := parseNginx(strings.Replace(src, tc.old, tc.new, 1))
-			if err != nil {
-				problems = []string{err.Error()}
-			} else {
-				problems = checkNginx(top)
-			}
-			if got := strings.Join(problems, "; "); !strings.Contains(got, tc.want) {
-				t.Errorf("problems %q do not mention %q", got, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // TestNginxConfigTest runs `nginx -t` on nginx/nginx.conf with a prefix in a temporary

@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -142,30 +141,12 @@ func checkHAProxy(sections []haSection) []string {
 	return problems
 }
 
-// TestHAProxyConfig parses haproxy/haproxy.cfg and checks what the gateway needs of it.
+// TestHAProxyConfig parses haproxy/haproxy.cfg and checks what the gateway needs of it,
+// and proves the parser and checkHAProxy have teeth: each edit of the real file must be
+// reported.
 func TestHAProxyConfig(t *testing.T) {
-	b, err := os.ReadFile("haproxy/haproxy.cfg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sections, err := parseHAProxy(string(b))
-	if err != nil {
-		t.Fatalf("haproxy.cfg: %v", err)
-	}
-	for _, p := range checkHAProxy(sections) {
-		t.Error(p)
-	}
-}
-
-// TestHAProxyCheckerCatches proves the parser and checkHAProxy have teeth: each edit of
-// the real file must be reported.
-func TestHAProxyCheckerCatches(t *testing.T) {
-	b, err := os.ReadFile("haproxy/haproxy.cfg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(b)
-	tests := []struct{ name, old, new, want string }{
+	problems := func(src string) []string { return configProblems(src, parseHAProxy, checkHAProxy) }
+	requireProblemsFound(t, "haproxy/haproxy.cfg", problems, []configEdit{
 		{"short server timeout", "timeout server 15m", "timeout server 60s", "timeout server"},
 		{"short client timeout", "timeout client 15m", "timeout client 30s", "timeout client"},
 		{"no tunnel timeout", "timeout tunnel 1h", "", "timeout tunnel"},
@@ -182,24 +163,7 @@ func TestHAProxyCheckerCatches(t *testing.T) {
 		{"wrong check path", "uri /readyz", "uri /", "readyz"},
 		{"tcp mode", "mode http", "mode tcp", "mode http"},
 		{"line outside a section", "global\n", "maxconn 10\nglobal\n", "outside any section"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(src, tc.old) {
-				t.Fatalf("haproxy.cfg no longer contains %q", tc.old)
-			}
-			var problems []string
-			sections, err := parseHAProxy(strings.Replace(src, tc.old, tc.new, 1))
-			if err != nil {
-				problems = []string{err.Error()}
-			} else {
-				problems = checkHAProxy(sections)
-			}
-			if got := strings.Join(problems, "; "); !strings.Contains(got, tc.want) {
-				t.Errorf("problems %q do not mention %q", got, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // TestHAProxyConfigCheck runs `haproxy -c` on haproxy/haproxy.cfg as written.
