@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -379,11 +380,17 @@ func sdkDir(t *testing.T) string {
 	return npmDir(t, "sdk")
 }
 
+// npmInstall serializes npmDir's installs: the tests that need a directory run in
+// parallel, and two `npm ci` in one directory at once would trip over each other.
+var npmInstall sync.Mutex
+
 // npmDir returns e2e/<name> (sdk, clients) with its node_modules installed (`npm ci`
 // when they are missing or older than the lock file). Without node or npm the test
 // fails under CI=true and is skipped elsewhere.
 func npmDir(t *testing.T, name string) string {
 	t.Helper()
+	npmInstall.Lock()
+	defer npmInstall.Unlock()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "true" {
