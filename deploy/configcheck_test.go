@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -42,5 +44,18 @@ func requireProblemsFound(t *testing.T, file string, problems func(src string) [
 				t.Errorf("problems %q do not mention %q", got, e.want)
 			}
 		})
+	}
+}
+
+// requireQuietCheck runs a proxy's own check of its configuration (nginx -t, haproxy -c):
+// it must pass and print nothing (a warning is a problem too).
+func requireQuietCheck(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	if len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("%s warns:\n%s", strings.Join(cmd.Args, " "), out)
 	}
 }

@@ -473,13 +473,7 @@ func TestNginxConfigTest(t *testing.T) {
 	if err := os.Mkdir(prefix, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(nginx, "-t", "-q", "-p", prefix+"/", "-c", path, "-e", "stderr").CombinedOutput()
-	if err != nil {
-		t.Fatalf("nginx -t: %v\n%s", err, out)
-	}
-	if len(bytes.TrimSpace(out)) != 0 {
-		t.Errorf("nginx -t warns:\n%s", out)
-	}
+	requireQuietCheck(t, exec.Command(nginx, "-t", "-q", "-p", prefix+"/", "-c", path, "-e", "stderr"))
 }
 
 // -------------------------------------------------------------------- Traefik ---

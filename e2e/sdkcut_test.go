@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
-	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // cuttingUpstream serves fake, but breaks off the next cuts answers after their headers
@@ -71,16 +70,12 @@ func TestSDKsMeetingACutAnswer(t *testing.T) {
 	s := startStack(t, gatewayEnv(srv.URL))
 	o := s.setUpOrg(t)
 
-	claude, ok := pricecatalog.Lookup(claudeModel)
-	if !ok {
-		t.Fatalf("%s is not in the catalog", claudeModel)
-	}
 	cases := []struct {
 		script, model string
 		whole         int64 // the cost of the answer received whole
 		resends       bool  // the SDK sends the call again after the cut
 	}{
-		{"anthropic.mjs", claudeModel, ceilDiv(inTok*claude.InputPerMillion+outTok*claude.OutputPerMillion, 1_000_000), true},
+		{"anthropic.mjs", claudeModel, catalogCostOf(t, claudeModel, inTok, outTok), true},
 		{"openai.mjs", model, catalogCost(inTok, 0, outTok), false},
 	}
 	settled, used := 0, int64(0)
