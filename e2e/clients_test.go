@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -237,6 +239,110 @@ func TestCodexThroughTheGateway(t *testing.T) {
 		t.Errorf("blocked, codex exec: exit %d, errors %q; want the 429", r.exit, errs)
 	}
 	s.waitUsed(t, o, settled, used)
+}
+
+// TestCodexOverTheResponsesWebSocket: the Codex CLI sends a model it knows (gpt-5.5) over
+// the Responses API's WebSocket mode: a warmup (a response.create with "generate": false,
+// which prepares the turn and generates nothing) and then the turn, two responses on one
+// session, each checked and charged as the request it is. First with Codex's own OpenAI
+// provider pointed at the gateway (openai_base_url, the member's key in CODEX_API_KEY),
+// as most of its users have it: both responses charged exactly, nothing sent over HTTP,
+// the member's key never reaching the provider. Then with a provider of the gateway's
+// own that allows WebSockets and stream_max_retries=0: the warmup spends the member's
+// limit, the session is closed with 1008 before the turn reaches the provider, Codex
+// falls back to HTTP, is refused 429 and fails at once. (Until this test the fake
+// provider read 32 KiB a message at most: Codex's turn is larger, and on that 1009
+// close Codex left the WebSocket for HTTP, so no Codex session over it had been run.)
+func TestCodexOverTheResponsesWebSocket(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const codexModel = "gpt-5.5" // a model Codex knows: it uses the WebSocket for those
+	// Prices of the organization's own, so that the amounts are round: a warmup costs
+	// 350,000 micro-USD (its input), a turn 400,000 (its input and 50,000 output tokens),
+	// so one run spends 750,000 of the 1 USD day limit and the next one's warmup the rest.
+	const in, out = 3_500_000, 50_000
+	const inPrice, outPrice = 100_000, 1_000_000
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": []map[string]any{{
+		"model": codexModel, "inputMicroUsdPerMillion": inPrice, "outputMicroUsdPerMillion": outPrice,
+		"cachedInputMicroUsdPerMillion": inPrice}}}, nil)
+	warmup, turn := int64(in*inPrice/1_000_000), int64(in*inPrice/1_000_000+out*outPrice/1_000_000)
+	charged := func(t *testing.T) []string {
+		t.Helper()
+		var got []string
+		for _, r := range receiptRows(t, s, o, "cost_micro_usd, complete") {
+			if !strings.HasPrefix(r, "0 ") {
+				got = append(got, r)
+			}
+		}
+		return got
+	}
+	// sessionsSince are the provider's calls since before, all of which must be
+	// WebSocket sessions with the provider's credential alone; it returns how many
+	// messages each carried.
+	sessionsSince := func(t *testing.T, before int) (messages []string) {
+		t.Helper()
+		calls := fake.Calls()[before:]
+		checkOnlyTheProviderCredential(t, calls, o.key)
+		for _, c := range calls {
+			if c.API != fakellm.OpenAIResponsesWebSocket {
+				t.Errorf("the provider got %s %s: want the Responses WebSocket alone", c.Method, c.Path)
+			}
+			messages = append(messages, string(c.Body))
+		}
+		return messages
+	}
+	// The session's Call counts its messages when it ends, after Codex exits.
+	waitSessions := func(t *testing.T, before int, want ...string) {
+		t.Helper()
+		var got []string
+		waitFor(t, 10*time.Second, fmt.Sprintf("sessions of %q messages", want), func() bool {
+			got = sessionsSince(t, before)
+			return slices.Equal(got, want)
+		})
+	}
+
+	t.Run("its own OpenAI provider", func(t *testing.T) {
+		before := len(fake.Calls())
+		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "CODEX_API_KEY=" + o.key}
+		r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
+			"-c", `openai_base_url="`+s.gateway+`/v1"`, "How are tolls paid?")
+		messages, errs := codexEvents(r.stdout)
+		if r.exit != 0 || len(messages) == 0 || messages[len(messages)-1] != fakellm.Text || len(errs) != 0 {
+			t.Fatalf("codex exec: exit %d, messages %q, errors %q\nstderr: %s", r.exit, messages, errs, r.stderr)
+		}
+		// One session: the warmup and the turn.
+		waitSessions(t, before, "2")
+		s.waitUsed(t, o, 2, warmup+turn)
+		if got, want := charged(t), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(got, want) {
+			t.Errorf("charged %q, want the warmup's and the turn's %q", got, want)
+		}
+	})
+
+	t.Run("a provider of its own, the member refused mid-session", func(t *testing.T) {
+		before := len(fake.Calls())
+		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key}
+		r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
+			"-c", `model_providers.tollgate={name="Tollgate",base_url="`+s.gateway+`/v1",env_key="TOLLGATE_API_KEY",wire_api="responses",stream_max_retries=0,supports_websockets=true}`,
+			"-c", "model_provider=tollgate", "How are tolls paid?")
+		_, errs := codexEvents(r.stdout)
+		if r.exit == 0 || len(errs) == 0 || !strings.Contains(errs[len(errs)-1], "429 Too Many Requests") {
+			t.Errorf("refused mid-session, codex exec: exit %d, errors %q; want the 429", r.exit, errs)
+		}
+		// The warmup alone reached the provider: the turn was not forwarded, and its
+		// HTTP retry was refused at the gateway.
+		waitSessions(t, before, "1")
+		if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+			t.Errorf("the gateway refused %v requests over HTTP, want Codex's one retry of its turn", n)
+		}
+		s.waitUsed(t, o, 3, 2*warmup+turn)
+		if got, want := charged(t), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true"), fmt.Sprint(warmup, " true")}; !slices.Equal(got, want) {
+			t.Errorf("charged %q, want the first run's and this warmup %q", got, want)
+		}
+	})
 }
 
 // TestGeminiCLIThroughTheGateway: Google's Gemini CLI (e2e/clients' pinned release) with

@@ -1141,14 +1141,33 @@ func embeddingValue(i, d int) float32 {
 // responsesJSON is a Responses API response object; with status "in_progress" it is the
 // one response.created carries (no output, no usage).
 func responsesJSON(id, model, status string, u Usage) string {
-	output, usage := `[]`, `null`
+	output := `[]`
 	if status == "completed" {
 		output = fmt.Sprintf(`[%s{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[],"logprobs":[]}]}]`, searchCalls(u), id, Text)
+	}
+	return responseObject(id, model, status, output, u)
+}
+
+// responseObject is a Responses API response object of the given output items (a JSON
+// array); a completed one carries u as its usage.
+func responseObject(id, model, status, output string, u Usage) string {
+	usage := `null`
+	if status == "completed" {
 		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d%s},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d%s}`,
 			u.InputTokens, u.CachedInputTokens, openAICacheWrites(u), u.OutputTokens, u.InputTokens+u.OutputTokens, xaiCost(u))
 	}
 	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s%s,"metadata":{}}`,
 		id, status, model, output, usage, toolUsage(status, u))
+}
+
+// responsesWarmupEvents are the events of a warmup in the Responses API's WebSocket
+// mode (a response.create with "generate": false: the request's state prepared, no model
+// output): response.created, then response.completed with no output, its usage the
+// input u reports (cached and written to the cache included) and no output.
+func responsesWarmupEvents(id, model string, u Usage, emit func(typ, data string)) {
+	in := Usage{InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
+	emit("response.created", fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, responsesJSON(id, model, "in_progress", in)))
+	emit("response.completed", fmt.Sprintf(`{"type":"response.completed","sequence_number":1,"response":%s}`, responseObject(id, model, "completed", `[]`, in)))
 }
 
 // toolUsage is a completed response's tool_usage (with its leading comma), the hosted

@@ -12,19 +12,30 @@ import (
 // /v1/responses, a WebSocket).
 const OpenAIResponsesWebSocket = "openai.responses.websocket"
 
+// responsesMessageBytes bounds a client's message to a Responses session: the gateway's
+// default request body cap.
+const responsesMessageBytes = 16 << 20
+
 // responsesWebSocket serves the Responses API's WebSocket mode as OpenAI does, in the
 // parts the enforcer's accounting depends on: every response.create the client sends
 // (its model, as Call.Model, the first one's) is answered by the events an HTTP stream
 // of the same response carries (responsesEvents), each a text message, ending with
 // response.completed and the whole response with its usage (the test's Usage, asked once
-// per session). The session is one Call; its Body counts the client's messages, in
-// decimal, when it ends.
+// per session). A warmup (a response.create with "generate": false, which prepares the
+// request's state and generates nothing) is answered response.created and
+// response.completed with no output, its usage the input alone. The session is one
+// Call; its Body counts the client's messages, in decimal, when it ends.
 func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
 	}
 	defer conn.CloseNow()
+	// The library's default, 32 KiB, is far below what OpenAI reads: a response.create
+	// that continues no earlier response carries the whole request (Codex's, after a
+	// warmup this fake once answered with text, was larger), and on the 1009 close Codex
+	// leaves the WebSocket for HTTP.
+	conn.SetReadLimit(responsesMessageBytes)
 	ctx := r.Context()
 	at := -1
 	got := 0
@@ -41,8 +52,9 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 		}
 		got++
 		var ev struct {
-			Type  string `json:"type"`
-			Model string `json:"model"`
+			Type     string `json:"type"`
+			Model    string `json:"model"`
+			Generate *bool  `json:"generate"`
 		}
 		if json.Unmarshal(msg, &ev) != nil || ev.Type != "response.create" || ev.Model == "" {
 			continue
@@ -55,11 +67,16 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 			model = m
 		}
 		var werr error
-		responsesEvents(fmt.Sprintf("resp_ws%06d", i), model, u, func(_, data string) {
+		emit := func(_, data string) {
 			if werr == nil {
 				werr = conn.Write(ctx, websocket.MessageText, []byte(data))
 			}
-		})
+		}
+		if id := fmt.Sprintf("resp_ws%06d", i); ev.Generate != nil && !*ev.Generate {
+			responsesWarmupEvents(id, model, u, emit)
+		} else {
+			responsesEvents(id, model, u, emit)
+		}
 		if werr != nil {
 			return
 		}
