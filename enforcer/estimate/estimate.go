@@ -108,6 +108,13 @@ type Request struct {
 	// (enforcer/worstcase). A null or empty reference continues nothing; of a key given
 	// twice, any reference counts.
 	ServerContext bool
+	// NoGeneration: the request asks the provider to generate nothing (a warmup of the
+	// Responses API's WebSocket mode, a response.create with "generate": false, which
+	// prepares a turn's state), so its worst case is its input (enforcer/worstcase). The
+	// front door that knows the transport sets it (the gateway's Responses sessions):
+	// Input does not, since over HTTP the field is documented nowhere and a provider
+	// that ignored it would generate.
+	NoGeneration bool
 	// Background is a top-level "background": true (OpenAI Responses run in the
 	// background: the answer comes before the generation, without its usage;
 	// requestbody.Deferred).

@@ -104,15 +104,20 @@ type pendingResponse struct {
 }
 
 // requestEvent tells a client's event that asks for a response: "response.create",
-// "response.steer" (its successor), "" for any other.
-func requestEvent(msg []byte) string {
+// "response.steer" (its successor), "" for any other; warmup tells a response.create
+// with "generate": false, which prepares a turn's state and generates nothing (Codex
+// sends one as a session opens, before its turn).
+func requestEvent(msg []byte) (kind string, warmup bool) {
 	var ev struct {
 		Type string `json:"type"`
+		// Raw: a value of another type must not make the event unreadable, and so
+		// unchecked.
+		Generate json.RawMessage `json:"generate"`
 	}
 	if json.Unmarshal(msg, &ev) != nil || ev.Type != "response.create" && ev.Type != "response.steer" {
-		return ""
+		return "", false
 	}
-	return ev.Type
+	return ev.Type, ev.Type == "response.create" && string(ev.Generate) == "false"
 }
 
 // pass checks a message the client sent before it goes upstream: a response.create or
@@ -121,7 +126,7 @@ func requestEvent(msg []byte) string {
 // code, or "" when the check could not finish (the session is ending). Any other
 // message passes: it asks for no response.
 func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
-	kind := requestEvent(msg)
+	kind, warmup := requestEvent(msg)
 	if kind == "" {
 		return "", true
 	}
@@ -141,6 +146,9 @@ func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
 	}
 	host := p.route.Upstream.Host
 	hint := gate.BodyHint(msg, q.path, host).WithUpstreamHost(host)
+	if warmup && hint.Body != nil {
+		hint.Body.NoGeneration = true // its worst case is its input
+	}
 	a, err := gw.gate.CheckRequest(q.ctx, q.creds, hint)
 	if err != nil {
 		return "", false
@@ -180,7 +188,7 @@ func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
 // lost settles a response.create admitted but not written upstream (the write failed)
 // at 0, unless the session's end settled it already.
 func (q *responseCreates) lost(msg []byte) {
-	if requestEvent(msg) == "" {
+	if kind, _ := requestEvent(msg); kind == "" {
 		return
 	}
 	q.mu.Lock()

@@ -642,3 +642,42 @@ func TestResponsesWebSocketUnaskedResponseRefusedClosesTheSession(t *testing.T) 
 		t.Fatalf("%d checks, trailing %v; want 4 (the last refused), none trailing", g.checks, g.trailing)
 	}
 }
+
+// A warmup (a response.create with "generate": false, which Codex sends as its session
+// opens: the turn's state prepared, nothing generated) is checked as the request it is,
+// marked as generating nothing, so that the gate reserves its input alone
+// (enforcer/worstcase); the turn after it, and a "generate": true, are checked as any
+// response.create. A steer's "generate" means nothing.
+func TestResponsesWebSocketWarmupReservesItsInput(t *testing.T) {
+	up := &responsesUpstream{in: 1000, out: 0}
+	g, _, url, _ := newRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creates := []string{
+		`{"type":"response.create","model":"gpt-5","generate":false,"input":"Prepare"}`,
+		responseCreate("How are tolls paid?"),
+		`{"type":"response.create","model":"gpt-5","generate":true,"input":"And tunnels?"}`,
+	}
+	for i, create := range creates {
+		say(t, c, create)
+		readUntil(t, c, "response.completed")
+		waitFor(t, func() bool { return g.count() == 3+2*i }) // the idle request after it
+	}
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var warmups []bool
+	for i, h := range g.hints {
+		if i%2 == 1 { // a create's; the others are the idle requests'
+			if h.Body == nil || h.Body.Model != "gpt-5" {
+				t.Fatalf("create %d was checked with %+v", i/2, h.Body)
+			}
+			warmups = append(warmups, h.Body.NoGeneration)
+		}
+	}
+	if fmt.Sprint(warmups) != "[true false false]" {
+		t.Fatalf("creates checked as generating nothing: %v, want the warmup alone", warmups)
+	}
+}

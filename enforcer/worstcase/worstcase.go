@@ -33,6 +33,10 @@
 // previous_interaction_id, Gemini's cachedContent: billed as input, not in the body;
 // Anthropic's API has no such reference, each request carries its whole conversation).
 //
+// A warmup (estimate.Request.NoGeneration: the Responses API's WebSocket mode's
+// response.create with "generate": false, which prepares a turn's state and generates
+// nothing) costs its input alone, at its tier and premium: no output, no tool's call.
+//
 // A request whose code tools run in a container billed by its time (OpenAI's code
 // interpreter and hosted shell, Anthropic's code execution: estimate.Request.
 // ContainerKind) adds one container session: its idle window at its price
@@ -150,9 +154,9 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 	// An image generation's output is fixed by its parameters, not capped by a field.
 	out := max(req.OutputCap, req.ImageOutputTokens)
 	switch lim := e.MaxOutputTokens; {
-	case e.Kind == pricecatalog.Embedding || e.Kind == pricecatalog.Speech:
-		// An embedding model generates nothing, a speech model nothing billed: the
-		// worst case is the input.
+	case e.Kind == pricecatalog.Embedding || e.Kind == pricecatalog.Speech || req.NoGeneration:
+		// An embedding model generates nothing, a speech model nothing billed, a warmup
+		// nothing at all: the worst case is the input.
 		out = 0
 	case lim > 0 && (out <= 0 || out > lim):
 		// A request may not ask for more than the model's limit (the provider refuses
@@ -188,6 +192,10 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		} else {
 			cost = money.MaxAllowanceMicroUSD
 		}
+	}
+	if req.NoGeneration {
+		// Nothing generated, no tool called: its tools' calls cost nothing either.
+		return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in}
 	}
 	// A model that searches for every request has a search tool without being given one.
 	req.WebSearch = req.WebSearch || e.SearchesEveryRequest

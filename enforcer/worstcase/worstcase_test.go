@@ -625,3 +625,33 @@ func TestGoogleCountsWrittenAsStrings(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmupCostsItsInput: a warmup (the Responses API's WebSocket mode's response.create
+// with "generate": false, which the gateway marks NoGeneration) generates nothing and
+// calls no tool, so its worst case is its input, whatever output cap it states or lacks
+// and whatever tools it names; the same body generating is dearer, or unknown.
+func TestWarmupCostsItsInput(t *testing.T) {
+	cat := testCatalog(t)
+	for _, tc := range []struct {
+		name, body string
+		generating Cost // the same body without the flag
+	}{
+		{"a cap", `{"model":"small","input":"and then?","max_output_tokens":100}`, Cost{MicroUSD: 406, Model: "small", InputTokens: 6, OutputTokens: 100}},
+		{"no cap: the model's limit", `{"model":"small","input":"and then?"}`, Cost{MicroUSD: 4006, Model: "small", InputTokens: 6, OutputTokens: 1000}},
+		{"an uncapped web search", `{"model":"small","input":"and then?","tools":[{"type":"web_search"}]}`, Cost{Unknown: SearchesUncapped}},
+		{"a model that searches for every request", `{"model":"searcher","input":"and then?","max_output_tokens":10}`, Cost{MicroUSD: 50016, Model: "searcher", InputTokens: 6, OutputTokens: 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := body(t, tc.body)
+			if got := Of(cat, r, nil); got != tc.generating {
+				t.Fatalf("generating: %+v, want %+v", got, tc.generating)
+			}
+			r.NoGeneration = true
+			// The input alone, at 1 micro-USD a token for both models.
+			want := Cost{MicroUSD: r.InputTokens, Model: strings.Split(tc.body, `"`)[3], InputTokens: r.InputTokens}
+			if got := Of(cat, r, nil); got != want {
+				t.Fatalf("a warmup: %+v, want %+v", got, want)
+			}
+		})
+	}
+}
