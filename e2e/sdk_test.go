@@ -92,10 +92,13 @@ type sdkResult struct {
 	Status                          int
 	Code, HeaderCode, ShouldRetry   *string
 	RetryAfter                      *string
-	ElapsedMs                       int64
-	Text, Model                     string
-	Usage                           json.RawMessage
-	Chunks                          int
+	// Attempts: how many times the SDK sent the call, where its error says (aisdk.mjs's
+	// RetryError); 0 where it does not.
+	Attempts    int
+	ElapsedMs   int64
+	Text, Model string
+	Usage       json.RawMessage
+	Chunks      int
 	// Searches: the web_search_call output items the SDK saw (openai.mjs's
 	// responses-search scenarios).
 	Searches int

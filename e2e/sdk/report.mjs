@@ -24,7 +24,7 @@
 //
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, usageState, headersReadable (the error gave the response's headers),
-// shouldRetry, retryAfter, elapsedMs, text, model, usage, chunks, searches,
+// shouldRetry, retryAfter, attempts, elapsedMs, text, model, usage, chunks, searches,
 // places, containers, seconds, closeCode, closeReason, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
@@ -101,6 +101,8 @@ export async function run(sdk, scenario, call) {
       out.headersReadable = !!h;
       out.shouldRetry = get('x-should-retry');
       out.retryAfter = get('retry-after');
+      // How many times the SDK sent the call, where it says (the AI SDK's RetryError).
+      if (typeof e.attempts === 'number') out.attempts = e.attempts;
     }
   }
   out.elapsedMs = Math.round(performance.now() - start);

@@ -1,0 +1,76 @@
+// One call through Vercel's AI SDK (ai, with its @ai-sdk/openai and @ai-sdk/anthropic
+// providers), the way a web app's server code makes it, with the SDK's defaults (its
+// retries among them: two more attempts of a 429, after 2 s and 4 s, a Retry-After of
+// more than a minute not waited for). The model decides the provider: a claude-* model
+// goes to Anthropic's Messages API, any other to OpenAI's. Scenarios: "json"
+// (generateText) and "stream" (streamText) on OpenAI's chat completions or Anthropic's
+// messages, "responses" and "responses-stream" the same on OpenAI's Responses API (the
+// provider's default for openai(model)). AISDK_MAX_RETRIES, when set, is the call's
+// maxRetries. A RetryError (every attempt failed) reports its last attempt's error and
+// how many attempts there were. See report.mjs for the settings.
+import { createAnthropic } from '@ai-sdk/anthropic';
+import { createOpenAI } from '@ai-sdk/openai';
+import { RetryError, generateText, streamText } from 'ai';
+import { run, settings } from './report.mjs';
+
+const s = settings();
+const anthropic = s.model.startsWith('claude');
+const base = `${s.baseURL}/v1`;
+let model;
+if (anthropic) {
+  if (s.scenario.startsWith('responses')) throw new Error('the Responses API is OpenAI\'s');
+  model = createAnthropic({ baseURL: base, apiKey: s.apiKey })(s.model);
+} else {
+  const openai = createOpenAI({ baseURL: base, apiKey: s.apiKey });
+  model = s.scenario.startsWith('responses') ? openai.responses(s.model) : openai.chat(s.model);
+}
+const retries = process.env.AISDK_MAX_RETRIES;
+const options = {
+  model,
+  prompt: 'How are tolls paid?',
+  ...(retries === undefined ? {} : { maxRetries: Number(retries) }),
+};
+
+// unwrapped is the error the caller sees as an HTTP status: a RetryError's last attempt
+// (its attempts counted), an APICallError as it is, given report.mjs's names for its
+// status, headers and body.
+function unwrapped(e) {
+  let err = e;
+  let attempts = 1;
+  if (RetryError.isInstance(e)) {
+    err = e.lastError;
+    attempts = e.errors.length;
+  }
+  if (err && typeof err === 'object' && typeof err.statusCode === 'number') {
+    err.headers = new Headers(err.responseHeaders ?? {});
+    err.body = err.responseBody;
+    err.attempts = attempts;
+  }
+  return err;
+}
+
+await run('ai', s.scenario, async () => {
+  try {
+    if (s.scenario === 'json' || s.scenario === 'responses') {
+      const r = await generateText(options);
+      return { text: r.text, model: r.response.modelId, usage: r.usage, chunks: 1 };
+    }
+    if (s.scenario !== 'stream' && s.scenario !== 'responses-stream') {
+      throw new Error(`${s.scenario} is not an AI SDK scenario`);
+    }
+    // streamText reports a failed call as an error part of its stream, not by throwing.
+    const r = streamText({ ...options, onError: () => {} });
+    let text = '';
+    let chunks = 0;
+    for await (const part of r.fullStream) {
+      if (part.type === 'error') throw part.error;
+      if (part.type === 'text-delta') {
+        chunks++;
+        text += part.text;
+      }
+    }
+    return { text, model: (await r.response).modelId, usage: await r.usage, chunks };
+  } catch (e) {
+    throw unwrapped(e);
+  }
+});
