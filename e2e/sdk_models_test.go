@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +16,12 @@ import (
 // request's type (`model?: (string & {}) | 'gpt-realtime' | ...;`, typ ""): OpenAI's
 // chat, Responses, embedding, image, transcription, speech, completion, Assistants,
 // Realtime and Live models and the models of its image tool, Anthropic's Messages
-// models. Left out: OpenAI's moderation models (its moderations are free: settled at 0),
+// models. Vercel's AI SDK declares its providers' models as the keys of objects it
+// builds its catalog from (`declare const openaiModelDefinitions: { readonly 'gpt-5': ...`,
+// typ "const <name>"): its OpenAI provider's language, embedding, image, transcription,
+// speech translation, speech and Realtime models, its Anthropic provider's language
+// models (since the thirty-fifth session; they named gpt-5.1-codex-mini, charged
+// gpt-5.1's price, five times its own, until then). Left out: OpenAI's moderation models (its moderations are free: settled at 0),
 // its voice-creation model versions ('2026-10-08') and fine-tuning's base models (a job
 // trains; its models are called by their fine-tuned names), and Anthropic's ModelLine
 // (names of lines, "opus", not models a request names).
@@ -36,7 +42,20 @@ var sdkModelUnions = []struct{ file, typ string }{
 	{"openai/resources/live/live.d.ts", ""},
 	{"openai/resources/live/sessions.d.ts", ""},
 	{"@anthropic-ai/sdk/resources/messages/messages.d.ts", "Model"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const openaiModelDefinitions"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const openaiEmbeddingModelEntries"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const openaiImageModelEntries"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const imageModelAliases"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const openaiTranscriptionModelEntries"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const openaiSpeechTranslationModelEntries"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const openaiSpeechModelEntries"},
+	{"@ai-sdk/openai/dist/index.d.ts", "const realtimeModelEntries"},
+	{"@ai-sdk/anthropic/dist/index.d.ts", "const languageModelDefinitions"},
 }
+
+// sdkObjectKey is a top-level key of a declared object (two spaces in, quoted or a bare
+// name): `  readonly 'gpt-5': {`, `  o3: {`.
+var sdkObjectKey = regexp.MustCompile(`(?m)^  (?:readonly )?(?:'([^']+)'|"([^"]+)"|([A-Za-z_$][\w$]*))\??: `)
 
 // sdkInlineModelUnion is a request type's model member whose type lists names.
 var sdkInlineModelUnion = regexp.MustCompile(`model\??: \(string & \{\}\) \| ('[^;]*);`)
@@ -59,6 +78,21 @@ func TestEverySDKModelIsPriced(t *testing.T) {
 		src, err := os.ReadFile(filepath.Join(modules, u.file))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if name, ok := strings.CutPrefix(u.typ, "const "); ok {
+			decl := regexp.MustCompile(`(?s)declare const ` + name + `: \{\n(.*?)\n\};`).FindSubmatch(src)
+			if decl == nil {
+				t.Errorf("no declared object %q in %s", name, u.file)
+				continue
+			}
+			keys := sdkObjectKey.FindAllSubmatch(decl[1], -1)
+			if len(keys) == 0 {
+				t.Errorf("no keys in %s's %s", u.file, name)
+			}
+			for _, k := range keys {
+				names[string(bytes.Join(k[1:], nil))] = true
+			}
+			continue
 		}
 		var unions [][][]byte
 		if u.typ != "" {
@@ -127,12 +161,20 @@ var sdkModelDecisions = map[string]string{
 	"gpt-5.1-chat-latest": "family gpt-5.1: at its price (1.25 / 10)",
 	"gpt-5.1-codex":       "family gpt-5.1: at its price (1.25 / 10)",
 	"gpt-5.1-codex-max":   "family gpt-5.1: at its price (1.25 / 10)",
+	"gpt-5.2-codex":       "family gpt-5.2: at its price (1.75 / 14), as four sources list it",
 	"gpt-5.1-mini":        "family gpt-5.1: no price found; a mini is priced below its line's full model, so gpt-5.1's errs above",
 	"gpt-5.2-chat-latest": "family gpt-5.2: at its price (1.75 / 14)",
 	"gpt-5.6-cyber": "family gpt-5.6: no price found (a GPT-5.6 for vetted security work, by invitation); charged " +
 		"GPT-5.6's, the model it is; an organization with access prices it with PUT /v1/gateway/model-prices",
 	"gpt-6.2-astra-law": "family gpt-6.2-astra: no price found (a GPT-6.2 Astra for legal work); charged " +
 		"GPT-6.2 Astra's, the model it is; an organization with access prices it with PUT /v1/gateway/model-prices",
+	"gpt-3.5-turbo-instruct-0914": "family gpt-3.5-turbo-instruct: a dated snapshot of it, at its price",
+	"tts-1-1106":                  "family tts-1: a dated snapshot of it, at its price",
+	"tts-1-hd-1106":               "family tts-1-hd: a dated snapshot of it, at its price",
+	"claude-opus-4-0":             "family claude-opus-4: Anthropic's alias of Claude Opus 4 (claude-opus-4-20250514), at its price",
+	"claude-sonnet-4-0":           "family claude-sonnet-4: Anthropic's alias of Claude Sonnet 4 (claude-sonnet-4-20250514), at its price",
+	"gpt-realtime-translate": "family gpt-realtime: billed by the minute (0.034 USD), which gpt-realtime's entry does " +
+		"not price: its seconds are charged the highest minute price, above (docs/prices.md, Left out)",
 	"gpt-audio-1.5":         "family gpt-audio: at its price (text 2.50 / 10, audio 32 / 64), as two sources list it",
 	"gpt-realtime-1.5":      "family gpt-realtime: at its price (text 4 / 16, audio 32 / 64), as the sources list it",
 	"o1-preview":            "family o1: o1-preview was priced as o1 (15 / 60)",
