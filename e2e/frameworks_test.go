@@ -1,0 +1,128 @@
+package e2e_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// frameworkCall is one of a framework's calls: its script's scenario, the model, and the
+// provider API the call must reach.
+type frameworkCall struct{ scenario, model, api string }
+
+// frameworkCalls are the calls a framework's script makes through the gateway: buffered
+// and streamed, on OpenAI's chat completions, its Responses API and Anthropic's messages.
+var frameworkCalls = []frameworkCall{
+	{"json", model, fakellm.OpenAIChat},
+	{"stream", model, fakellm.OpenAIChat},
+	{"responses", model, fakellm.OpenAIResponses},
+	{"responses-stream", model, fakellm.OpenAIResponses},
+	{"json", claudeModel, fakellm.AnthropicMessages},
+	{"stream", claudeModel, fakellm.AnthropicMessages},
+}
+
+// blockedFramework is how a framework's call of a blocked member goes: with env in its
+// script's environment, it is sent attempts times.
+type blockedFramework struct {
+	name     string
+	env      []string
+	attempts int
+}
+
+// frameworkThroughTheGateway runs script (e2e/sdk's, calling the providers through an
+// application framework) through the gateway: each of frameworkCalls reaches the
+// provider once, with the provider's credential alone, and is charged exactly, complete.
+// Once the member is blocked, each of blocked is refused attempts times at the gateway,
+// none reaching the provider or charged, and the error the program gets carries the 429
+// and both headers.
+func frameworkThroughTheGateway(t *testing.T, script string, blocked []blockedFramework) {
+	t.Helper()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	var next fakellm.NextUsage
+	const in, out = 10_000, 2_000
+	next.Set(fakellm.Usage{InputTokens: in, OutputTokens: out})
+	fake := &fakellm.Server{Usage: next.Of}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+
+	price := map[string]int64{model: catalogCost(in, 0, out), claudeModel: catalogCostOf(t, claudeModel, in, out)}
+	settled, used := 0, int64(0)
+	for _, c := range frameworkCalls {
+		t.Run(c.scenario+" "+c.model, func(t *testing.T) {
+			before := len(fake.Calls())
+			rec, r := oneSDKCallResult(t, fake, s, dir, script, c.scenario, o.key, c.model)
+			call := fake.Calls()[before]
+			checkOnlyTheProviderCredential(t, []fakellm.Call{call}, o.key)
+			if call.API != c.api || r.Text != fakellm.Text {
+				t.Errorf("the provider got %s, the program read %q: want %s and the answer", call.API, r.Text, c.api)
+			}
+			if want := price[c.model]; rec.cost() != want || rec["complete"] != true {
+				t.Errorf("receipt %s, want %d, complete", rec, want)
+			}
+			settled, used = settled+1, used+price[c.model]
+		})
+	}
+	s.waitUsed(t, o, settled, used)
+
+	// One more call that spends the rest of the limit.
+	next.Set(fakellm.Usage{InputTokens: 10_000_000})
+	last := catalogCost(10_000_000, 0, 0)
+	if rec, _ := oneSDKCallResult(t, fake, s, dir, script, "json", o.key, model); rec.cost() != last {
+		t.Fatalf("the last admitted call: receipt %s, want %d", rec, last)
+	}
+	s.waitBlocked(t, o)
+	for _, c := range blocked {
+		t.Run("blocked, "+c.name, func(t *testing.T) {
+			before := len(fake.Calls())
+			refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+			r := runSDK(t, dir, script, "json", s.gateway, o.key, model, c.env...)
+			if r.OK || r.Status != 429 || r.HeaderCode == nil || *r.HeaderCode != "service_gateway_usage_limit_exceeded" ||
+				r.UsageState == nil || *r.UsageState != "blocked" || r.Code == nil || !strings.Contains(*r.Code, "usage_limit_exceeded") {
+				t.Errorf("blocked: %+v; want the 429 with both headers", r)
+			}
+			if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != float64(c.attempts) {
+				t.Errorf("the gateway refused %v calls, want %d", n, c.attempts)
+			}
+			if r.Attempts != 0 && r.Attempts != c.attempts {
+				t.Errorf("the program was told of %d attempts, want %d", r.Attempts, c.attempts)
+			}
+			if n := len(fake.Calls()) - before; n != 0 {
+				t.Errorf("blocked, the provider got %d calls", n)
+			}
+		})
+	}
+	s.waitUsed(t, o, settled+1, used+last)
+}
+
+// TestAISDKThroughTheGateway: Vercel's AI SDK (ai, @ai-sdk/openai and @ai-sdk/anthropic,
+// e2e/sdk's pins), called as a web app's server code calls it, with its defaults:
+// generateText and streamText on OpenAI's chat completions, on its Responses API and on
+// Anthropic's messages, the base URL at the gateway and the member's Tollgate key as the
+// API key (frameworkThroughTheGateway). Blocked, a call with the SDK's default retries is
+// sent three times (the AI SDK retries a 429, 2 s and then 4 s later: it reads no
+// X-Should-Retry and waits out no Retry-After of more than a minute); with maxRetries: 0,
+// once.
+func TestAISDKThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	frameworkThroughTheGateway(t, "aisdk.mjs", []blockedFramework{
+		{"default retries", nil, 3},
+		{"maxRetries 0", []string{"AISDK_MAX_RETRIES=0"}, 1},
+	})
+}
+
+// TestLangChainThroughTheGateway: LangChain's chat models (@langchain/openai's
+// ChatOpenAI, with and without useResponsesApi, and @langchain/anthropic's ChatAnthropic,
+// e2e/sdk's pins) with their defaults, invoke and stream, the base URL at the gateway and
+// the member's Tollgate key as the API key (frameworkThroughTheGateway). Blocked, a call
+// is sent once with LangChain's defaults: its caller retries a 429 only when Retry-After
+// is a minute or less, and the usage limit's is hours.
+func TestLangChainThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	frameworkThroughTheGateway(t, "langchain.mjs", []blockedFramework{{"defaults", nil, 1}})
+}
