@@ -126,3 +126,63 @@ func TestLangChainThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	frameworkThroughTheGateway(t, "langchain.mjs", []blockedFramework{{"defaults", nil, 1}})
 }
+
+// TestAISDKLeavingItsStream: a program leaves the AI SDK's streamText after the first
+// text. Aborting the call's abortSignal (a chat page's stop button) ends the request: the
+// provider, pausing after that text (lingeringUpstream's pauseAfter) until its client
+// leaves, sees it leave, and the call is charged incomplete, at least the input the
+// stream reported before (Anthropic's message_start; 1 micro-USD where none came, OpenAI
+// chat's usage coming last), less than the whole. Breaking out of the loop over
+// fullStream does not: streamText reads the provider's stream on to its end (for its
+// usage and response promises), so the provider, pausing after the first text for 2 s
+// and then going on (resumeAfter), is never left, and the answer is charged whole,
+// complete, as generated.
+func TestAISDKLeavingItsStream(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	const in, out = 10_000, 2_000
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} }}
+	up := &lingeringUpstream{fake: fake}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	s := startStack(t, gatewayEnv(upSrv.URL))
+	o := s.setUpOrg(t)
+	for _, c := range []struct {
+		model        string
+		textAt       int64 // the events the provider sends up to the first text
+		whole, least int64
+	}{
+		{model, 2, catalogCost(in, 0, out), 1},
+		{claudeModel, 4, catalogCostOf(t, claudeModel, in, out), catalogCostOf(t, claudeModel, in, 0)},
+	} {
+		for _, leave := range []string{"break", "abort"} {
+			t.Run(c.model+" "+leave, func(t *testing.T) {
+				stays := leave == "break"
+				up.pauseAfter.Store(c.textAt + 1)
+				if stays {
+					up.resumeAfter.Store(int64(2 * time.Second))
+					up.noLinger.Store(true) // after its end: nobody left
+				}
+				t.Cleanup(func() { up.pauseAfter.Store(0); up.resumeAfter.Store(0); up.noLinger.Store(false) })
+				before, cancelled := len(fake.Calls()), up.cancelled.Load()
+				r := runSDK(t, dir, "aisdk.mjs", "stream-"+leave, s.gateway, o.key, c.model)
+				got := fake.Calls()[before:]
+				if !r.OK || r.Text == "" || r.Text == fakellm.Text || !strings.HasPrefix(fakellm.Text, r.Text) || len(got) != 1 {
+					t.Fatalf("the call: %+v (want part of the text); the provider got %d calls", r, len(got))
+				}
+				rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id"))
+				switch left := up.cancelled.Load() != cancelled; {
+				case stays:
+					if left || rec.cost() != c.whole || rec["complete"] != true {
+						t.Errorf("left by breaking out: the provider's request cancelled %v, receipt %s; want it read on, %d micro-USD, complete", left, rec, c.whole)
+					}
+				default:
+					if !left || rec.cost() < c.least || rec.cost() >= c.whole || rec["complete"] != false {
+						t.Errorf("aborted: the provider's request cancelled %v, receipt %s; want it cancelled, at least %d micro-USD (less than %d), incomplete", left, rec, c.least, c.whole)
+					}
+				}
+			})
+		}
+	}
+}

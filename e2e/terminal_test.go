@@ -26,7 +26,8 @@ import (
 // With pauseAfter set (n > 0), a stream instead stops after its n-th flushed write until
 // its request is cancelled (or after streamLinger), and the rest is dropped: a client
 // that leaves after the first events leaves mid-stream, its terminal event never sent.
-// With noLinger set, a stream ends as fakellm ends it. With mistralChat set, a chat
+// With resumeAfter set too, a paused stream whose client stayed that long goes on to its
+// end instead: a client that reads on (or waits) gets the whole answer. With noLinger set, a stream ends as fakellm ends it. With mistralChat set, a chat
 // completion that does not ask for stream_options is answered as Mistral's API answers
 // it (fakellm.MistralHost: the usage in the last chunk, unasked).
 type lingeringUpstream struct {
@@ -34,16 +35,19 @@ type lingeringUpstream struct {
 	cancelled   atomic.Int64
 	gzip        atomic.Bool
 	pauseAfter  atomic.Int64
+	resumeAfter atomic.Int64 // a time.Duration
 	noLinger    atomic.Bool
 	mistralChat bool
 }
 
 // holdingWriter is a ResponseWriter that, at its after-th Flush, waits for ctx's end (or
-// streamLinger) and drops every write after it.
+// streamLinger) and drops every write after it; with resume, it waits that long at most
+// and, the client still there, writes on.
 type holdingWriter struct {
 	http.ResponseWriter
 	ctx            context.Context
 	flushes, after int64
+	resume         time.Duration
 	held, left     bool
 }
 
@@ -60,10 +64,17 @@ func (h *holdingWriter) Flush() {
 	}
 	h.ResponseWriter.(http.Flusher).Flush()
 	if h.flushes++; h.flushes == h.after {
+		wait := streamLinger
+		if h.resume > 0 {
+			wait = h.resume
+		}
 		select {
 		case <-h.ctx.Done():
 			h.left = true
-		case <-time.After(streamLinger):
+		case <-time.After(wait):
+			if h.resume > 0 {
+				return // the client stayed: the stream goes on
+			}
 		}
 		h.held = true
 	}
@@ -82,7 +93,7 @@ func (u *lingeringUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Host = fakellm.MistralHost
 	}
 	if n := u.pauseAfter.Load(); n > 0 {
-		h := &holdingWriter{ResponseWriter: w, ctx: r.Context(), after: n}
+		h := &holdingWriter{ResponseWriter: w, ctx: r.Context(), after: n, resume: time.Duration(u.resumeAfter.Load())}
 		u.fake.ServeHTTP(h, r)
 		if h.left {
 			u.cancelled.Add(1)

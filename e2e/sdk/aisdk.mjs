@@ -5,13 +5,15 @@
 // goes to Anthropic's Messages API, any other to OpenAI's. Scenarios: "json"
 // (generateText) and "stream" (streamText) on OpenAI's chat completions or Anthropic's
 // messages, "responses" and "responses-stream" the same on OpenAI's Responses API (the
-// provider's default for openai(model)). AISDK_MAX_RETRIES, when set, is the call's
+// provider's default for openai(model)); a stream's "-break" (the program breaks out of
+// its loop over fullStream after the first text) and "-abort" (it aborts the call's
+// abortSignal there), report.mjs's leaveOf. AISDK_MAX_RETRIES, when set, is the call's
 // maxRetries. A RetryError (every attempt failed) reports its last attempt's error and
 // how many attempts there were. See report.mjs for the settings.
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { RetryError, generateText, streamText } from 'ai';
-import { run, settings } from './report.mjs';
+import { consume, leaveOf, run, settings } from './report.mjs';
 
 const s = settings();
 const anthropic = s.model.startsWith('claude');
@@ -55,21 +57,26 @@ await run('ai', s.scenario, async () => {
       const r = await generateText(options);
       return { text: r.text, model: r.response.modelId, usage: r.usage, chunks: 1 };
     }
-    if (s.scenario !== 'stream' && s.scenario !== 'responses-stream') {
+    const { base, leave } = leaveOf(s.scenario);
+    if (base !== 'stream' && base !== 'responses-stream' || leave === 'stop') {
       throw new Error(`${s.scenario} is not an AI SDK scenario`);
     }
     // streamText reports a failed call as an error part of its stream, not by throwing.
-    const r = streamText({ ...options, onError: () => {} });
+    const controller = new AbortController();
+    const r = streamText({ ...options, abortSignal: controller.signal, onError: () => {} });
     let text = '';
     let chunks = 0;
-    for await (const part of r.fullStream) {
+    const left = await consume(r.fullStream, leave, controller, (part) => {
       if (part.type === 'error') throw part.error;
-      if (part.type === 'text-delta') {
-        chunks++;
-        text += part.text;
-      }
+      if (part.type !== 'text-delta') return part.type === 'finish' ? 'end' : '';
+      chunks++;
+      text += part.text;
+      return 'text';
+    });
+    if (left !== 'end' || leave !== '') {
+      return { text, chunks, left }; // its usage and response are never told
     }
-    return { text, model: (await r.response).modelId, usage: await r.usage, chunks };
+    return { text, model: (await r.response).modelId, usage: await r.usage, chunks, left };
   } catch (e) {
     throw unwrapped(e);
   }
