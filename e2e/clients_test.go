@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,6 +171,54 @@ func TestClaudeCodeThroughTheGateway(t *testing.T) {
 		!strings.Contains(result.Result, "Usage limit exceeded (day)") {
 		t.Errorf("blocked, claude -p: exit %d, %+v; want the usage-limit 429's message", r.exit, result)
 	}
+}
+
+// TestClaudeCodeToolLoopThroughTheGateway: a turn of Claude Code that runs a tool is
+// several provider calls: the model (the fake provider, fakellm.Server.ToolUse) asks for
+// its Bash tool, Claude Code runs the command (allowed with --allowedTools) and calls
+// again with its result, answered with text. Both calls go through the gateway and each
+// is charged exactly, as any call is (their sum what Claude Code's own total_cost_usd
+// says); the command did run.
+func TestClaudeCodeToolLoopThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const claude = "claude-haiku-4-5"
+	const in, out = 20_000, 1_000
+	paid := filepath.Join(t.TempDir(), "paid.txt")
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} },
+		ToolUse: &fakellm.ToolUse{Name: "Bash", Input: `{"command":"echo tolls > ` + paid + `","description":"Pay the toll"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	env := []string{"HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + s.gateway, "ANTHROPIC_API_KEY=" + o.key,
+		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
+	r := runClient(t, "claude", env, "-p", "Pay the toll", "--model", claude, "--output-format", "json", "--allowedTools", "Bash")
+	var result struct {
+		Result    string
+		IsError   bool    `json:"is_error"`
+		TotalCost float64 `json:"total_cost_usd"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &result); r.exit != 0 || err != nil || result.IsError || result.Result != fakellm.Text {
+		t.Fatalf("claude -p: exit %d, %+v (%v)\nstderr: %s", r.exit, result, err, r.stderr)
+	}
+	if b, err := os.ReadFile(paid); err != nil || strings.TrimSpace(string(b)) != "tolls" {
+		t.Errorf("the tool's command did not run: %q (%v)", b, err)
+	}
+	var messages int
+	for _, c := range fake.Calls() {
+		if c.API == fakellm.AnthropicMessages {
+			messages++
+		}
+	}
+	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCostOf(t, claude, in, out))
+	if messages != 2 {
+		t.Errorf("the provider got %d messages calls (of %d), want the tool's call and the answer", messages, n)
+	}
+	if int64(math.Round(result.TotalCost*1e6)) != cost {
+		t.Errorf("charged %d micro-USD; Claude Code's own count said %v USD", cost, result.TotalCost)
+	}
+	s.waitUsed(t, o, n, cost)
 }
 
 // codexEvents reads `codex exec --json`'s events (one JSON object a line): the agent's

@@ -106,6 +106,7 @@
 package fakellm
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
@@ -325,6 +326,10 @@ func (u *NextUsage) Of(Call) Usage {
 	return u.u
 }
 
+// ToolUse is a call of a client's tool the model asks for: the tool's name and its
+// input, a JSON object.
+type ToolUse struct{ Name, Input string }
+
 // Server answers both APIs; use it as an http.Handler (httptest.NewServer(s)).
 type Server struct {
 	// Usage chooses the usage of an answer; nil answers zeros.
@@ -332,6 +337,11 @@ type Server struct {
 	// Snapshots maps a requested model to the name the answer carries; models not in
 	// it are answered as requested.
 	Snapshots map[string]string
+	// ToolUse, when set, answers an Anthropic message whose request carries no tool
+	// result yet with a call of that tool (stop_reason "tool_use") instead of text: an
+	// agent (Claude Code) runs it and calls again with its result, which is answered
+	// with text. Each answer reports the usage the test chose.
+	ToolUse *ToolUse
 
 	mu    sync.Mutex
 	calls []Call
@@ -651,6 +661,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id := fmt.Sprintf("msg_fake%06d", n)
 	w.Header().Set("Request-Id", fmt.Sprintf("req_fake%06d", n))
+	if s.ToolUse != nil && !bytes.Contains(body, []byte(`"tool_result"`)) {
+		call := fmt.Sprintf("toolu_fake%06d", n)
+		if !c.Stream {
+			ew.start("application/json", http.StatusOK)
+			ew.write(anthropicToolUseJSON(id, model, call, *s.ToolUse, u))
+			return
+		}
+		ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+		anthropicToolUseStream(ew, id, model, call, *s.ToolUse, u)
+		return
+	}
 	if !c.Stream {
 		ew.start("application/json", http.StatusOK)
 		ew.write(anthropicJSON(id, model, u, speedField(req.Speed)+geoField(req.InferenceGeo)))
@@ -658,6 +679,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
 	anthropicStream(ew, id, model, u, speedField(req.Speed)+geoField(req.InferenceGeo))
+}
+
+// anthropicToolUseJSON is Anthropic's message asking for a call (id call) of tool t.
+func anthropicToolUseJSON(id, model, call string, t ToolUse, u Usage) string {
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":%q,"content":[{"type":"tool_use","id":%q,"name":%q,"input":%s}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":%d,"service_tier":"standard"}}`,
+		id, model, call, t.Name, t.Input, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u), u.OutputTokens)
+}
+
+// anthropicToolUseStream streams that message: message_start, the tool_use block with
+// its input in one input_json_delta, message_delta (stop_reason tool_use, the output
+// usage), message_stop.
+func anthropicToolUseStream(ew *eventWriter, id, model, call string, t ToolUse, u Usage) {
+	event := func(name, data string) { ew.write("event: " + name + "\ndata: " + data + "\n\n") }
+	event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":%q,"type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,%s"output_tokens":1,"service_tier":"standard"}}}`,
+		id, model, u.InputTokens, u.CacheCreationInputTokens, u.CachedInputTokens, cacheCreation(u)))
+	event("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":%q,"name":%q,"input":{}}}`, call, t.Name))
+	partial, _ := json.Marshal(t.Input)
+	event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":%s}}`, partial))
+	event("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":%d}}`, u.OutputTokens))
+	event("message_stop", `{"type":"message_stop"}`)
 }
 
 // azureDeployment is the deployment an Azure OpenAI chat-completions path names
