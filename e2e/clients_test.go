@@ -395,6 +395,55 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 	})
 }
 
+// TestCodexToolLoopOverTheResponsesWebSocket: a Codex turn that runs a command is
+// several responses on one Responses WebSocket session: the warmup, the response that
+// asks for Codex's exec_command function (the fake provider's ToolUse), and, once Codex
+// ran it, the response to its output, answered with text. Each of the three is checked
+// and charged as the request it is (the warmup its input; the other two their input and
+// output), the session holding one request between them.
+func TestCodexToolLoopOverTheResponsesWebSocket(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const codexModel = "gpt-5.5"
+	const in, out = 10_000, 1_000 // 0.21 USD in all at the catalog's price: the member stays under the limit
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} },
+		ToolUse: &fakellm.ToolUse{Name: "exec_command", Input: `{"cmd":"echo tolls"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "CODEX_API_KEY=" + o.key}
+	r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
+		"-c", `openai_base_url="`+s.gateway+`/v1"`, "Pay the toll")
+	messages, errs := codexEvents(r.stdout)
+	if r.exit != 0 || len(messages) == 0 || messages[len(messages)-1] != fakellm.Text || len(errs) != 0 {
+		t.Fatalf("codex exec: exit %d, messages %q, errors %q\nstderr: %s", r.exit, messages, errs, r.stderr)
+	}
+	if !strings.Contains(r.stdout, `"command_execution"`) || !strings.Contains(r.stdout, "echo tolls") {
+		t.Errorf("codex exec showed no run of the command:\n%s", r.stdout)
+	}
+	var got []string
+	waitFor(t, 10*time.Second, "one session of three messages", func() bool {
+		got = got[:0]
+		for _, c := range fake.Calls() {
+			got = append(got, c.API+" "+string(c.Body))
+		}
+		return slices.Equal(got, []string{fakellm.OpenAIResponsesWebSocket + " 3"})
+	})
+	checkOnlyTheProviderCredential(t, fake.Calls(), o.key)
+	warmup, turn := catalogCostOf(t, codexModel, in, 0), catalogCostOf(t, codexModel, in, out)
+	s.waitUsed(t, o, 3, warmup+2*turn)
+	var charged []string
+	for _, r := range receiptRows(t, s, o, "cost_micro_usd, complete") {
+		if !strings.HasPrefix(r, "0 ") {
+			charged = append(charged, r)
+		}
+	}
+	if want := []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(charged, want) {
+		t.Errorf("charged %q, want the warmup, the function's call and the answer %q", charged, want)
+	}
+}
+
 // TestGeminiCLIThroughTheGateway: Google's Gemini CLI (e2e/clients' pinned release) with
 // GOOGLE_GEMINI_BASE_URL at the gateway and the member's key in GEMINI_API_KEY (its
 // settings choosing the API key's sign-in, usage statistics off, and one attempt a

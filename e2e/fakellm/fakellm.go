@@ -338,8 +338,10 @@ type Server struct {
 	// it are answered as requested.
 	Snapshots map[string]string
 	// ToolUse, when set, answers an Anthropic message whose request carries no tool
-	// result yet with a call of that tool (stop_reason "tool_use") instead of text: an
-	// agent (Claude Code) runs it and calls again with its result, which is answered
+	// result yet with a call of that tool (stop_reason "tool_use") instead of text, and
+	// so a response.create of a Responses WebSocket session whose input carries no
+	// function_call_output (a function_call item, its input the arguments): an agent
+	// (Claude Code, Codex) runs it and calls again with its result, which is answered
 	// with text. Each answer reports the usage the test chose.
 	ToolUse *ToolUse
 
@@ -1200,6 +1202,29 @@ func responseObject(id, model, status, output string, u Usage) string {
 	}
 	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s%s,"metadata":{}}`,
 		id, status, model, output, usage, toolUsage(status, u))
+}
+
+// responsesFunctionCallEvents are the events of a response that calls the client's
+// function t (call id call): response.created, the function_call item added, its
+// arguments in one delta and done, the item done, and response.completed with the item
+// as its output and u's usage.
+func responsesFunctionCallEvents(id, model, call string, t ToolUse, u Usage, emit func(typ, data string)) {
+	seq := 0
+	event := func(typ, fields string) {
+		emit(typ, fmt.Sprintf("{\"type\":%q,\"sequence_number\":%d,%s}", typ, seq, fields))
+		seq++
+	}
+	args, _ := json.Marshal(t.Input)
+	item := func(status string) string {
+		return fmt.Sprintf(`{"type":"function_call","id":"fc_%s","call_id":%q,"name":%q,"arguments":%s,"status":%q}`, id, call, t.Name, args, status)
+	}
+	at := fmt.Sprintf(`"item_id":"fc_%s","output_index":0`, id)
+	event("response.created", `"response":`+responsesJSON(id, model, "in_progress", u))
+	event("response.output_item.added", `"output_index":0,"item":`+item("in_progress"))
+	event("response.function_call_arguments.delta", at+`,"delta":`+string(args))
+	event("response.function_call_arguments.done", at+`,"arguments":`+string(args))
+	event("response.output_item.done", `"output_index":0,"item":`+item("completed"))
+	event("response.completed", `"response":`+responseObject(id, model, "completed", "["+item("completed")+"]", u))
 }
 
 // responsesWarmupEvents are the events of a warmup in the Responses API's WebSocket

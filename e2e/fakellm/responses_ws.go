@@ -1,6 +1,7 @@
 package fakellm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -23,7 +24,9 @@ const responsesMessageBytes = 16 << 20
 // response.completed and the whole response with its usage (the test's Usage, asked once
 // per session). A warmup (a response.create with "generate": false, which prepares the
 // request's state and generates nothing) is answered response.created and
-// response.completed with no output, its usage the input alone. The session is one
+// response.completed with no output, its usage the input alone. With the server's ToolUse,
+// a response.create whose input has no function_call_output is answered with a call of
+// that function (responsesFunctionCallEvents). The session is one
 // Call; its Body counts the client's messages, in decimal, when it ends.
 func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil)
@@ -72,9 +75,12 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 				werr = conn.Write(ctx, websocket.MessageText, []byte(data))
 			}
 		}
-		if id := fmt.Sprintf("resp_ws%06d", i); ev.Generate != nil && !*ev.Generate {
+		switch id := fmt.Sprintf("resp_ws%06d", i); {
+		case ev.Generate != nil && !*ev.Generate:
 			responsesWarmupEvents(id, model, u, emit)
-		} else {
+		case s.ToolUse != nil && !bytes.Contains(msg, []byte(`"function_call_output"`)):
+			responsesFunctionCallEvents(id, model, fmt.Sprintf("call_ws%06d", i), *s.ToolUse, u, emit)
+		default:
 			responsesEvents(id, model, u, emit)
 		}
 		if werr != nil {
