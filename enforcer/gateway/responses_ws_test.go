@@ -70,6 +70,13 @@ func (u *responsesUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		case strings.Contains(string(msg), "silent"):
 			continue
+		case strings.Contains(string(msg), `"generate":false`):
+			// A warmup, whose provider here reports no usage at all.
+			id := fmt.Sprintf("resp_%d", i)
+			_ = send(`{"type":"response.created","sequence_number":0,"response":{"id":"` + id + `","object":"response","model":"gpt-5-2025-08-07","status":"in_progress","output":[]}}`)
+			_ = send(`{"type":"response.completed","sequence_number":1,"response":{"id":"` + id + `","object":"response","model":"gpt-5-2025-08-07","status":"completed","output":[],"usage":null}}`)
+			i++
+			continue
 		}
 		id := fmt.Sprintf("resp_%d", i)
 		_ = send(`{"type":"response.created","sequence_number":0,"response":{"id":"` + id + `","object":"response","model":"gpt-5-2025-08-07","status":"in_progress","output":[]}}`)
@@ -647,10 +654,11 @@ func TestResponsesWebSocketUnaskedResponseRefusedClosesTheSession(t *testing.T) 
 // opens: the turn's state prepared, nothing generated) is checked as the request it is,
 // marked as generating nothing, so that the gate reserves its input alone
 // (enforcer/worstcase); the turn after it, and a "generate": true, are checked as any
-// response.create. A steer's "generate" means nothing.
+// response.create. A warmup whose response reports no usage is settled incomplete, for
+// the tracker to charge its estimate, as any response without usage.
 func TestResponsesWebSocketWarmupReservesItsInput(t *testing.T) {
 	up := &responsesUpstream{in: 1000, out: 0}
-	g, _, url, _ := newRealtimeEnv(t, up, 10)
+	g, tr, url, _ := newRealtimeEnv(t, up, 10)
 	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
 	if err != nil {
 		t.Fatal(err)
@@ -666,10 +674,12 @@ func TestResponsesWebSocketWarmupReservesItsInput(t *testing.T) {
 		waitFor(t, func() bool { return g.count() == 3+2*i }) // the idle request after it
 	}
 	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	s := tr.settlements(t, 7)
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	hints := append([]gate.Hint(nil), g.hints...)
+	g.mu.Unlock()
 	var warmups []bool
-	for i, h := range g.hints {
+	for i, h := range hints {
 		if i%2 == 1 { // a create's; the others are the idle requests'
 			if h.Body == nil || h.Body.Model != "gpt-5" {
 				t.Fatalf("create %d was checked with %+v", i/2, h.Body)
@@ -679,5 +689,15 @@ func TestResponsesWebSocketWarmupReservesItsInput(t *testing.T) {
 	}
 	if fmt.Sprint(warmups) != "[true false false]" {
 		t.Fatalf("creates checked as generating nothing: %v, want the warmup alone", warmups)
+	}
+	// The warmup's response reported no usage: settled incomplete, so that the tracker
+	// charges its estimate (never nothing); the two others their usage, complete.
+	if u := s[1]; u.Complete || u.InputTokens != 0 || u.OutputTokens != 0 {
+		t.Fatalf("the warmup without usage was settled %+v, want incomplete (estimated)", u)
+	}
+	for _, i := range []int{3, 5} {
+		if u := s[i]; !u.Complete || u.InputTokens == 0 {
+			t.Fatalf("response %d was settled %+v, want its usage, complete", i, u)
+		}
 	}
 }
