@@ -460,18 +460,7 @@ func TestGeminiCLIThroughTheGateway(t *testing.T) {
 	s := startStack(t, gatewayEnv(up.URL))
 	o := s.setUpOrg(t)
 	want := catalogCostOf(t, gemini, 1_000_000, 200_000)
-	home := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(home, ".gemini", "settings.json"),
-		`{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"maxAttempts":1},`+
-			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
-	env := []string{"HOME=" + home, "GOOGLE_GEMINI_BASE_URL=" + s.gateway, "GEMINI_API_KEY=" + o.key,
-		// -p runs headless, which the CLI allows in a folder the user trusts.
-		"GEMINI_CLI_TRUST_WORKSPACE=true",
-		// Its error reports go to the temporary directory: the test's own.
-		"TMPDIR=" + t.TempDir()}
+	env := geminiCLIEnv(t, s, o)
 	args := []string{"-p", "How are tolls paid?", "-m", gemini, "--output-format", "json"}
 	var result struct{ Response string }
 	settled, used := 0, int64(0)
@@ -490,6 +479,65 @@ func TestGeminiCLIThroughTheGateway(t *testing.T) {
 	if r.exit == 0 || !strings.Contains(r.stderr, "Usage limit exceeded (day)") {
 		t.Errorf("blocked, gemini -p: exit %d; want the usage-limit 429's message\nstderr: %s", r.exit, r.stderr)
 	}
+}
+
+// geminiCLIEnv is the Gemini CLI's environment for member o's calls through s's gateway:
+// GOOGLE_GEMINI_BASE_URL at the gateway, the key in GEMINI_API_KEY, and a HOME whose
+// settings choose the API key's sign-in, one attempt a request (general.maxAttempts 1),
+// usage statistics and telemetry off.
+func geminiCLIEnv(t *testing.T, s *stack, o org) []string {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, ".gemini", "settings.json"),
+		`{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"maxAttempts":1},`+
+			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
+	return []string{"HOME=" + home, "GOOGLE_GEMINI_BASE_URL=" + s.gateway, "GEMINI_API_KEY=" + o.key,
+		// -p runs headless, which the CLI allows in a folder the user trusts.
+		"GEMINI_CLI_TRUST_WORKSPACE=true",
+		// Its error reports go to the temporary directory: the test's own.
+		"TMPDIR=" + t.TempDir()}
+}
+
+// TestGeminiCLIToolLoopThroughTheGateway: the model (the fake provider's ToolUse) asks for
+// the Gemini CLI's run_shell_command tool (allowed with --approval-mode yolo: 0.61's
+// --allowed-tools still asked for a confirmation it cannot get headless), the CLI runs the
+// command (the file it writes is there) and calls again with its result, answered with
+// text: each streamGenerateContent call charged exactly.
+func TestGeminiCLIToolLoopThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const gemini = "gemini-2.5-flash"
+	const in, out = 100_000, 20_000
+	paid := filepath.Join(t.TempDir(), "paid.txt")
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} },
+		ToolUse: &fakellm.ToolUse{Name: "run_shell_command", Input: `{"command":"echo tolls > ` + paid + `","description":"Pay the toll"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	r := runClient(t, "gemini", geminiCLIEnv(t, s, o), "-p", "Pay the toll", "-m", gemini, "--output-format", "json",
+		"--approval-mode", "yolo")
+	var result struct{ Response string }
+	if err := json.Unmarshal([]byte(jsonTail(r.stdout)), &result); r.exit != 0 || err != nil || result.Response != fakellm.Text {
+		t.Fatalf("gemini -p: exit %d, %+v (%v)\nstderr: %s", r.exit, result, err, r.stderr)
+	}
+	if b, err := os.ReadFile(paid); err != nil || strings.TrimSpace(string(b)) != "tolls" {
+		t.Errorf("the tool's command did not run: %q (%v)", b, err)
+	}
+	var streams int
+	for _, c := range fake.Calls() {
+		if c.API == fakellm.GeminiStream {
+			streams++
+		}
+	}
+	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCostOf(t, gemini, in, out))
+	if streams != 2 {
+		t.Errorf("the provider got %d streamGenerateContent calls (of %d), want the tool's call and the answer", streams, n)
+	}
+	s.waitUsed(t, o, n, cost)
 }
 
 // jsonTail is the JSON object that ends out: the CLI may print lines (warnings) before

@@ -340,9 +340,10 @@ type Server struct {
 	// ToolUse, when set, answers an Anthropic message whose request carries no tool
 	// result yet with a call of that tool (stop_reason "tool_use") instead of text, and
 	// so a response.create of a Responses WebSocket session whose input carries no
-	// function_call_output (a function_call item, its input the arguments): an agent
-	// (Claude Code, Codex) runs it and calls again with its result, which is answered
-	// with text. Each answer reports the usage the test chose.
+	// function_call_output (a function_call item, its input the arguments), and a
+	// Gemini streamGenerateContent whose contents carry no functionResponse (a
+	// functionCall part, its input the args): an agent (Claude Code, Codex, the Gemini
+	// CLI) runs it and calls again with its result, which is answered with text. Each answer reports the usage the test chose.
 	ToolUse *ToolUse
 
 	mu    sync.Mutex
@@ -587,6 +588,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.Header().Set("X-Gemini-Service-Tier", tier)
 			tierField = fmt.Sprintf(`"serviceTier":%q`, tier)
+		}
+		if s.ToolUse != nil && c.API == GeminiStream && !bytes.Contains(body, []byte(`"functionResponse"`)) {
+			geminiFunctionCall(ew, model, *s.ToolUse, u, r.URL.Query().Get("alt") == "sse")
+			return
 		}
 		geminiAnswer(ew, c.API, model, u, r.URL.Query().Get("alt") == "sse", tierField)
 		return
@@ -1029,33 +1034,6 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 		ew.write(fmt.Sprintf(`{"totalTokens":%d}`, u.InputTokens))
 		return
 	}
-	thoughts := u.OutputTokens / 4
-	usage := func(final bool) string {
-		// Gemini leaves a count of 0 out.
-		var b strings.Builder
-		fmt.Fprintf(&b, `{"promptTokenCount":%d`, u.InputTokens)
-		total := u.InputTokens + u.ToolUsePromptTokens
-		if u.ToolUsePromptTokens > 0 {
-			fmt.Fprintf(&b, `,"toolUsePromptTokenCount":%d`, u.ToolUsePromptTokens)
-		}
-		if final {
-			fmt.Fprintf(&b, `,"candidatesTokenCount":%d,"thoughtsTokenCount":%d`, u.OutputTokens-thoughts, thoughts)
-			total += u.OutputTokens
-		}
-		if u.CachedInputTokens > 0 {
-			fmt.Fprintf(&b, `,"cachedContentTokenCount":%d`, u.CachedInputTokens)
-			fmt.Fprintf(&b, `,"cacheTokensDetails":%s`, geminiModalities(u.CachedInputTokens-u.CachedAudioInputTokens, u.CachedAudioInputTokens))
-		}
-		fmt.Fprintf(&b, `,"promptTokensDetails":%s`, geminiModalities(u.InputTokens-u.AudioInputTokens, u.AudioInputTokens))
-		if final {
-			fmt.Fprintf(&b, `,"candidatesTokensDetails":%s`, geminiModalities(u.OutputTokens-thoughts-u.AudioOutputTokens, u.AudioOutputTokens))
-		}
-		if tierField != "" {
-			b.WriteString("," + tierField)
-		}
-		fmt.Fprintf(&b, `,"totalTokenCount":%d}`, total)
-		return b.String()
-	}
 	candidate := func(text, finish string) string {
 		if finish != "" {
 			finish = `,"finishReason":"` + finish + `"` + grounding(u)
@@ -1064,7 +1042,7 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 	}
 	if api == GeminiGenerate {
 		ew.start("application/json", http.StatusOK)
-		ew.write(candidate(Text, "STOP") + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(true), model))
+		ew.write(candidate(Text, "STOP") + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, geminiUsage(u, true, tierField), model))
 		return
 	}
 	ct := "application/json; charset=UTF-8"
@@ -1079,7 +1057,7 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 		if last {
 			finish = "STOP"
 		}
-		chunk := candidate(w, finish) + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, usage(last), model)
+		chunk := candidate(w, finish) + fmt.Sprintf(`,"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, geminiUsage(u, last, tierField), model)
 		switch {
 		case sse:
 			chunk = "data: " + chunk + "\r\n\r\n"
@@ -1093,6 +1071,52 @@ func geminiAnswer(ew *eventWriter, api, model string, u Usage, sse bool, tierFie
 		}
 		ew.write(chunk)
 	}
+}
+
+// geminiUsage is a Gemini answer's usageMetadata: the prompt's counts, and with final the
+// candidates' (a quarter of u's output as thoughts), each by modality; tierField, when
+// set, is one more member (the service tier the answer ran at).
+func geminiUsage(u Usage, final bool, tierField string) string {
+	thoughts := u.OutputTokens / 4
+	// Gemini leaves a count of 0 out.
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"promptTokenCount":%d`, u.InputTokens)
+	total := u.InputTokens + u.ToolUsePromptTokens
+	if u.ToolUsePromptTokens > 0 {
+		fmt.Fprintf(&b, `,"toolUsePromptTokenCount":%d`, u.ToolUsePromptTokens)
+	}
+	if final {
+		fmt.Fprintf(&b, `,"candidatesTokenCount":%d,"thoughtsTokenCount":%d`, u.OutputTokens-thoughts, thoughts)
+		total += u.OutputTokens
+	}
+	if u.CachedInputTokens > 0 {
+		fmt.Fprintf(&b, `,"cachedContentTokenCount":%d`, u.CachedInputTokens)
+		fmt.Fprintf(&b, `,"cacheTokensDetails":%s`, geminiModalities(u.CachedInputTokens-u.CachedAudioInputTokens, u.CachedAudioInputTokens))
+	}
+	fmt.Fprintf(&b, `,"promptTokensDetails":%s`, geminiModalities(u.InputTokens-u.AudioInputTokens, u.AudioInputTokens))
+	if final {
+		fmt.Fprintf(&b, `,"candidatesTokensDetails":%s`, geminiModalities(u.OutputTokens-thoughts-u.AudioOutputTokens, u.AudioOutputTokens))
+	}
+	if tierField != "" {
+		b.WriteString("," + tierField)
+	}
+	fmt.Fprintf(&b, `,"totalTokenCount":%d}`, total)
+	return b.String()
+}
+
+// geminiFunctionCall streams a Gemini answer that calls the client's function t (its
+// input the call's args): one chunk, the functionCall part, finishReason STOP and u's
+// usage.
+func geminiFunctionCall(ew *eventWriter, model string, t ToolUse, u Usage, sse bool) {
+	chunk := fmt.Sprintf(`{"candidates":[{"content":{"parts":[{"functionCall":{"name":%q,"args":%s}}],"role":"model"},"finishReason":"STOP","index":0}],`+
+		`"usageMetadata":%s,"modelVersion":%q,"responseId":"fake"}`, t.Name, t.Input, geminiUsage(u, true, ""), model)
+	if sse {
+		ew.start("text/event-stream", http.StatusOK)
+		ew.write("data: " + chunk + "\r\n\r\n")
+		return
+	}
+	ew.start("application/json; charset=UTF-8", http.StatusOK)
+	ew.write("[" + chunk + "\r\n]")
 }
 
 // grounding is a Gemini candidate's groundingMetadata member (with its comma) listing
