@@ -140,11 +140,7 @@ func TestClaudeCodeThroughTheGateway(t *testing.T) {
 	s := startStack(t, gatewayEnv(up.URL))
 	o := s.setUpOrg(t)
 	want := catalogCostOf(t, claude, 100_000, 100_000)
-	env := func(keyVar string) []string {
-		return []string{"HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + s.gateway, keyVar + "=" + o.key,
-			// Nothing but the calls the prompt needs: no telemetry, no update check.
-			"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
-	}
+	env := func(keyVar string) []string { return claudeCodeEnv(t, s, keyVar, o.key) }
 	prompt := []string{"-p", "How are tolls paid?", "--model", claude, "--output-format", "json"}
 	var result struct {
 		Result         string
@@ -173,6 +169,14 @@ func TestClaudeCodeThroughTheGateway(t *testing.T) {
 	}
 }
 
+// claudeCodeEnv is Claude Code's environment for calls through s's gateway with key in
+// keyVar (ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN), and a HOME of its own.
+func claudeCodeEnv(t *testing.T, s *stack, keyVar, key string) []string {
+	return []string{"HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + s.gateway, keyVar + "=" + key,
+		// Nothing but the calls the prompt needs: no telemetry, no update check.
+		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
+}
+
 // TestClaudeCodeToolLoopThroughTheGateway: a turn of Claude Code that runs a tool is
 // several provider calls: the model (the fake provider, fakellm.Server.ToolUse) asks for
 // its Bash tool, Claude Code runs the command (allowed with --allowedTools) and calls
@@ -184,16 +188,8 @@ func TestClaudeCodeToolLoopThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	const claude = "claude-haiku-4-5"
 	const in, out = 20_000, 1_000
-	paid := filepath.Join(t.TempDir(), "paid.txt")
-	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} },
-		ToolUse: &fakellm.ToolUse{Name: "Bash", Input: `{"command":"echo tolls > ` + paid + `","description":"Pay the toll"}`}}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
-	env := []string{"HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + s.gateway, "ANTHROPIC_API_KEY=" + o.key,
-		"DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
-	r := runClient(t, "claude", env, "-p", "Pay the toll", "--model", claude, "--output-format", "json", "--allowedTools", "Bash")
+	fake, s, o, paid := toolLoopStack(t, "Bash", in, out)
+	r := runClient(t, "claude", claudeCodeEnv(t, s, "ANTHROPIC_API_KEY", o.key), "-p", "Pay the toll", "--model", claude, "--output-format", "json", "--allowedTools", "Bash")
 	var result struct {
 		Result    string
 		IsError   bool    `json:"is_error"`
@@ -202,23 +198,48 @@ func TestClaudeCodeToolLoopThroughTheGateway(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &result); r.exit != 0 || err != nil || result.IsError || result.Result != fakellm.Text {
 		t.Fatalf("claude -p: exit %d, %+v (%v)\nstderr: %s", r.exit, result, err, r.stderr)
 	}
-	if b, err := os.ReadFile(paid); err != nil || strings.TrimSpace(string(b)) != "tolls" {
-		t.Errorf("the tool's command did not run: %q (%v)", b, err)
-	}
-	var messages int
-	for _, c := range fake.Calls() {
-		if c.API == fakellm.AnthropicMessages {
-			messages++
-		}
-	}
-	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCostOf(t, claude, in, out))
-	if messages != 2 {
-		t.Errorf("the provider got %d messages calls (of %d), want the tool's call and the answer", messages, n)
-	}
+	cost := toolLoopCharged(t, s, o, fake, paid, fakellm.AnthropicMessages, catalogCostOf(t, claude, in, out))
 	if int64(math.Round(result.TotalCost*1e6)) != cost {
 		t.Errorf("charged %d micro-USD; Claude Code's own count said %v USD", cost, result.TotalCost)
 	}
+}
+
+// toolLoopStack is a stack whose gateway fronts a fake provider that asks for the
+// client's tool (its name; its input a shell command, and a description, which writes
+// "tolls" to the file paid names) before it answers, every call reporting in input and out
+// output tokens, and an organization on it.
+func toolLoopStack(t *testing.T, tool string, in, out int64) (fake *fakellm.Server, s *stack, o org, paid string) {
+	t.Helper()
+	paid = filepath.Join(t.TempDir(), "paid.txt")
+	fake = &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} },
+		ToolUse: &fakellm.ToolUse{Name: tool, Input: `{"command":"echo tolls > ` + paid + `","description":"Pay the toll"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s = startStack(t, gatewayEnv(up.URL))
+	return fake, s, s.setUpOrg(t), paid
+}
+
+// toolLoopCharged requires the tool's command to have run (paid written) and the
+// provider to have got two calls of api, the tool's call and the answer, each charged
+// price (clientCalls); it returns what the provider's calls cost, once the member's
+// spend shows it.
+func toolLoopCharged(t *testing.T, s *stack, o org, fake *fakellm.Server, paid, api string, price int64) int64 {
+	t.Helper()
+	if b, err := os.ReadFile(paid); err != nil || strings.TrimSpace(string(b)) != "tolls" {
+		t.Errorf("the tool's command did not run: %q (%v)", b, err)
+	}
+	var calls int
+	for _, c := range fake.Calls() {
+		if c.API == api {
+			calls++
+		}
+	}
+	n, cost := clientCalls(t, s, fake, 0, o.key, price)
+	if calls != 2 {
+		t.Errorf("the provider got %d %s calls (of %d), want the tool's call and the answer", calls, api, n)
+	}
 	s.waitUsed(t, o, n, cost)
+	return cost
 }
 
 // codexEvents reads `codex exec --json`'s events (one JSON object a line): the agent's
@@ -511,33 +532,14 @@ func TestGeminiCLIToolLoopThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	const gemini = "gemini-2.5-flash"
 	const in, out = 100_000, 20_000
-	paid := filepath.Join(t.TempDir(), "paid.txt")
-	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: in, OutputTokens: out} },
-		ToolUse: &fakellm.ToolUse{Name: "run_shell_command", Input: `{"command":"echo tolls > ` + paid + `","description":"Pay the toll"}`}}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o, paid := toolLoopStack(t, "run_shell_command", in, out)
 	r := runClient(t, "gemini", geminiCLIEnv(t, s, o), "-p", "Pay the toll", "-m", gemini, "--output-format", "json",
 		"--approval-mode", "yolo")
 	var result struct{ Response string }
 	if err := json.Unmarshal([]byte(jsonTail(r.stdout)), &result); r.exit != 0 || err != nil || result.Response != fakellm.Text {
 		t.Fatalf("gemini -p: exit %d, %+v (%v)\nstderr: %s", r.exit, result, err, r.stderr)
 	}
-	if b, err := os.ReadFile(paid); err != nil || strings.TrimSpace(string(b)) != "tolls" {
-		t.Errorf("the tool's command did not run: %q (%v)", b, err)
-	}
-	var streams int
-	for _, c := range fake.Calls() {
-		if c.API == fakellm.GeminiStream {
-			streams++
-		}
-	}
-	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCostOf(t, gemini, in, out))
-	if streams != 2 {
-		t.Errorf("the provider got %d streamGenerateContent calls (of %d), want the tool's call and the answer", streams, n)
-	}
-	s.waitUsed(t, o, n, cost)
+	toolLoopCharged(t, s, o, fake, paid, fakellm.GeminiStream, catalogCostOf(t, gemini, in, out))
 }
 
 // jsonTail is the JSON object that ends out: the CLI may print lines (warnings) before
