@@ -319,9 +319,9 @@ func TestCodexThroughTheGateway(t *testing.T) {
 // provider pointed at the gateway (openai_base_url, the member's key in CODEX_API_KEY),
 // as most of its users have it: both responses charged exactly, nothing sent over HTTP,
 // the member's key never reaching the provider. Then with a provider of the gateway's
-// own that allows WebSockets and stream_max_retries=0: the warmup spends the member's
-// limit, the session is closed with 1008 before the turn reaches the provider, Codex
-// falls back to HTTP, is refused 429 and fails at once. (Until this test the fake
+// own that allows WebSockets and stream_max_retries=0, for a member whose warmup alone
+// spends the limit: the session is closed with 1008 before the turn reaches the
+// provider, Codex falls back to HTTP, is refused 429 and fails at once. (Until this test the fake
 // provider read 32 KiB a message at most: Codex's turn is larger, and on that 1009
 // close Codex left the WebSocket for HTTP, so no Codex session over it had been run.)
 func TestCodexOverTheResponsesWebSocket(t *testing.T) {
@@ -329,8 +329,7 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	const codexModel = "gpt-5.5" // a model Codex knows: it uses the WebSocket for those
 	// Prices of the organization's own, so that the amounts are round: a warmup costs
-	// 350,000 micro-USD (its input), a turn 400,000 (its input and 50,000 output tokens),
-	// so one run spends 750,000 of the 1 USD day limit and the next one's warmup the rest.
+	// 350,000 micro-USD (its input), a turn 400,000 (its input and 50,000 output tokens).
 	const in, out = 3_500_000, 50_000
 	const inPrice, outPrice = 100_000, 1_000_000
 	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
@@ -340,7 +339,7 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 		"model": codexModel, "inputMicroUsdPerMillion": inPrice, "outputMicroUsdPerMillion": outPrice,
 		"cachedInputMicroUsdPerMillion": inPrice}}}, nil)
 	warmup, turn := int64(in*inPrice/1_000_000), int64(in*inPrice/1_000_000+out*outPrice/1_000_000)
-	charged := func(t *testing.T) []string {
+	charged := func(t *testing.T, o org) []string {
 		t.Helper()
 		var got []string
 		for _, r := range receiptRows(t, s, o, "cost_micro_usd, complete") {
@@ -387,15 +386,25 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 		// One session: the warmup and the turn.
 		waitSessions(t, before, "2")
 		s.waitUsed(t, o, 2, warmup+turn)
-		if got, want := charged(t), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(got, want) {
+		if got, want := charged(t, o), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(got, want) {
 			t.Errorf("charged %q, want the warmup's and the turn's %q", got, want)
 		}
 	})
 
 	t.Run("a provider of its own, the member refused mid-session", func(t *testing.T) {
+		// A member of its own, whose organization prices gpt-5.5's input so that the
+		// warmup alone (1,050,000 micro-USD) spends the limit: nothing here waits on the
+		// first run's settlements.
+		o := s.setUpOrg(t)
+		s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": []map[string]any{{
+			"model": codexModel, "inputMicroUsdPerMillion": 3 * inPrice, "outputMicroUsdPerMillion": outPrice,
+			"cachedInputMicroUsdPerMillion": 3 * inPrice}}}, nil)
+		warmup := int64(in * 3 * inPrice / 1_000_000)
 		before := len(fake.Calls())
 		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
-		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key}
+		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key,
+			// What Codex did, should it not finish (runClient shows its standard error).
+			"RUST_LOG=codex_api=debug,codex_core=info"}
 		r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
 			"-c", `model_providers.tollgate={name="Tollgate",base_url="`+s.gateway+`/v1",env_key="TOLLGATE_API_KEY",wire_api="responses",stream_max_retries=0,supports_websockets=true}`,
 			"-c", "model_provider=tollgate", "How are tolls paid?")
@@ -409,9 +418,9 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 		if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
 			t.Errorf("the gateway refused %v requests over HTTP, want Codex's one retry of its turn", n)
 		}
-		s.waitUsed(t, o, 3, 2*warmup+turn)
-		if got, want := charged(t), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true"), fmt.Sprint(warmup, " true")}; !slices.Equal(got, want) {
-			t.Errorf("charged %q, want the first run's and this warmup %q", got, want)
+		s.waitUsed(t, o, 3, warmup)
+		if got := charged(t, o); !slices.Equal(got, []string{fmt.Sprint(warmup, " true")}) {
+			t.Errorf("charged %q, want the warmup, %d", got, warmup)
 		}
 	})
 }

@@ -3,6 +3,9 @@ package openapi
 import (
 	"bytes"
 	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -49,6 +52,39 @@ func TestDocumentIsValidOpenAPI31(t *testing.T) {
 				t.Errorf("  %s at %s", f.Reason, f.FieldPath)
 			}
 		}
+	}
+}
+
+// TestValidatorRefusesWhatTheDocumentDoesNotAllow: the validator the API's conformance
+// checks run (internal/apitest) refuses a request and a response the document does not
+// allow, and passes ones it does, so that a change of the validator's library (or of the
+// document) that made those checks pass everything fails here.
+func TestValidatorRefusesWhatTheDocumentDoesNotAllow(t *testing.T) {
+	d, err := libopenapi.NewDocument(MustDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(d)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	create := func(body string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "http://api.test/v1/organizations", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer tgs_session")
+		return r
+	}
+	for body, want := range map[string]bool{`{"name":"Tolls Inc"}`: true, `{"name":5}`: false, `{}`: false} {
+		if ok, _ := v.ValidateHttpRequestSync(create(body)); ok != want {
+			t.Errorf("POST /v1/organizations %s: valid %v, want %v", body, ok, want)
+		}
+	}
+	me := httptest.NewRequest(http.MethodGet, "http://api.test/v1/me", nil)
+	me.Header.Set("Authorization", "Bearer tgs_session")
+	answer := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`[]`)), Request: me}
+	if ok, _ := v.ValidateHttpResponse(me, answer); ok {
+		t.Error("GET /v1/me answered 200 with an array: the validator let it pass")
 	}
 }
 
