@@ -37,14 +37,7 @@ func TestGolden(t *testing.T) {
 
 // TestDocumentIsValidOpenAPI31 validates the document against the OpenAPI 3.1 schema.
 func TestDocumentIsValidOpenAPI31(t *testing.T) {
-	d, err := libopenapi.NewDocument(MustDocument())
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, errs := validator.NewValidator(d)
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
+	v := newValidator(t)
 	if ok, verrs := v.ValidateDocument(); !ok {
 		for _, e := range verrs {
 			t.Errorf("%s: %s", e.Message, e.Reason)
@@ -55,11 +48,9 @@ func TestDocumentIsValidOpenAPI31(t *testing.T) {
 	}
 }
 
-// TestValidatorRefusesWhatTheDocumentDoesNotAllow: the validator the API's conformance
-// checks run (internal/apitest) refuses a request and a response the document does not
-// allow, and passes ones it does, so that a change of the validator's library (or of the
-// document) that made those checks pass everything fails here.
-func TestValidatorRefusesWhatTheDocumentDoesNotAllow(t *testing.T) {
+// newValidator is libopenapi's validator of the merged document.
+func newValidator(t *testing.T) validator.Validator {
+	t.Helper()
 	d, err := libopenapi.NewDocument(MustDocument())
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +59,15 @@ func TestValidatorRefusesWhatTheDocumentDoesNotAllow(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
+	return v
+}
+
+// TestValidatorRefusesWhatTheDocumentDoesNotAllow: the validator the API's conformance
+// checks run (internal/apitest) refuses a request and a response the document does not
+// allow, and passes ones it does, so that a change of the validator's library (or of the
+// document) that made those checks pass everything fails here.
+func TestValidatorRefusesWhatTheDocumentDoesNotAllow(t *testing.T) {
+	v := newValidator(t)
 	create := func(body string) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "http://api.test/v1/organizations", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")

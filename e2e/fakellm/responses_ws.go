@@ -24,10 +24,10 @@ const responsesMessageBytes = 16 << 20
 // response.completed and the whole response with its usage (the test's Usage, asked once
 // per session). A warmup (a response.create with "generate": false, which prepares the
 // request's state and generates nothing) is answered response.created and
-// response.completed with no output, its usage the input alone. With the server's ToolUse,
-// a response.create whose input has no function_call_output is answered with a call of
-// that function (responsesFunctionCallEvents). The session is one
-// Call; its Body counts the client's messages, in decimal, when it ends.
+// response.completed with no output, its usage the input alone. With the server's
+// ToolUse, a response.create whose input has no function_call_output is answered with a
+// call of that function (responsesFunctionCallEvents). The session is one Call; its Body
+// counts the client's messages, in decimal, when it ends.
 func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
