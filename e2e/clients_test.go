@@ -318,10 +318,9 @@ func TestCodexThroughTheGateway(t *testing.T) {
 // session, each checked and charged as the request it is. First with Codex's own OpenAI
 // provider pointed at the gateway (openai_base_url, the member's key in CODEX_API_KEY),
 // as most of its users have it: both responses charged exactly, nothing sent over HTTP,
-// the member's key never reaching the provider. Then with a provider of the gateway's
-// own that allows WebSockets and stream_max_retries=0, for a member whose warmup alone
-// spends the limit: the session is closed with 1008 before the turn reaches the
-// provider, Codex falls back to HTTP, is refused 429 and fails at once. (Until this test the fake
+// the member's key never reaching the provider. (A member refused between the warmup and
+// the turn is not held by a test: what Codex does then depends on timing, docs/gateway.md
+// says what was seen.) (Until this test the fake
 // provider read 32 KiB a message at most: Codex's turn is larger, and on that 1009
 // close Codex left the WebSocket for HTTP, so no Codex session over it had been run.)
 func TestCodexOverTheResponsesWebSocket(t *testing.T) {
@@ -388,39 +387,6 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 		s.waitUsed(t, o, 2, warmup+turn)
 		if got, want := charged(t, o), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(got, want) {
 			t.Errorf("charged %q, want the warmup's and the turn's %q", got, want)
-		}
-	})
-
-	t.Run("a provider of its own, the member refused mid-session", func(t *testing.T) {
-		// A member of its own, whose organization prices gpt-5.5's input so that the
-		// warmup alone (1,050,000 micro-USD) spends the limit: nothing here waits on the
-		// first run's settlements.
-		o := s.setUpOrg(t)
-		s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": []map[string]any{{
-			"model": codexModel, "inputMicroUsdPerMillion": 3 * inPrice, "outputMicroUsdPerMillion": outPrice,
-			"cachedInputMicroUsdPerMillion": 3 * inPrice}}}, nil)
-		warmup := int64(in * 3 * inPrice / 1_000_000)
-		before := len(fake.Calls())
-		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
-		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key,
-			// What Codex did, should it not finish (runClient shows its standard error).
-			"RUST_LOG=codex_api=debug,codex_core=info"}
-		r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
-			"-c", `model_providers.tollgate={name="Tollgate",base_url="`+s.gateway+`/v1",env_key="TOLLGATE_API_KEY",wire_api="responses",stream_max_retries=0,supports_websockets=true}`,
-			"-c", "model_provider=tollgate", "How are tolls paid?")
-		_, errs := codexEvents(r.stdout)
-		if r.exit == 0 || len(errs) == 0 || !strings.Contains(errs[len(errs)-1], "429 Too Many Requests") {
-			t.Errorf("refused mid-session, codex exec: exit %d, errors %q; want the 429", r.exit, errs)
-		}
-		// The warmup alone reached the provider: the turn was not forwarded, and its
-		// HTTP retry was refused at the gateway.
-		waitSessions(t, before, "1")
-		if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
-			t.Errorf("the gateway refused %v requests over HTTP, want Codex's one retry of its turn", n)
-		}
-		s.waitUsed(t, o, 3, warmup)
-		if got := charged(t, o); !slices.Equal(got, []string{fmt.Sprint(warmup, " true")}) {
-			t.Errorf("charged %q, want the warmup, %d", got, warmup)
 		}
 	})
 }
