@@ -312,6 +312,20 @@ func TestCodexThroughTheGateway(t *testing.T) {
 	s.waitUsed(t, o, settled, used)
 }
 
+// chargedReceipts are o's receipts that charged something, in the order they were
+// settled, each "<cost> <complete>": a WebSocket session's idle requests, settled at 0,
+// left out.
+func chargedReceipts(t *testing.T, s *stack, o org) []string {
+	t.Helper()
+	var got []string
+	for _, r := range receiptRows(t, s, o, "cost_micro_usd, complete") {
+		if !strings.HasPrefix(r, "0 ") {
+			got = append(got, r)
+		}
+	}
+	return got
+}
+
 // TestCodexOverTheResponsesWebSocket: the Codex CLI sends a model it knows (gpt-5.5) over
 // the Responses API's WebSocket mode: a warmup (a response.create with "generate": false,
 // which prepares the turn and generates nothing) and then the turn, two responses on one
@@ -338,16 +352,6 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 		"model": codexModel, "inputMicroUsdPerMillion": inPrice, "outputMicroUsdPerMillion": outPrice,
 		"cachedInputMicroUsdPerMillion": inPrice}}}, nil)
 	warmup, turn := int64(in*inPrice/1_000_000), int64(in*inPrice/1_000_000+out*outPrice/1_000_000)
-	charged := func(t *testing.T, o org) []string {
-		t.Helper()
-		var got []string
-		for _, r := range receiptRows(t, s, o, "cost_micro_usd, complete") {
-			if !strings.HasPrefix(r, "0 ") {
-				got = append(got, r)
-			}
-		}
-		return got
-	}
 	// sessionsSince are the provider's calls since before, all of which must be
 	// WebSocket sessions with the provider's credential alone; it returns how many
 	// messages each carried.
@@ -385,7 +389,7 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 		// One session: the warmup and the turn.
 		waitSessions(t, before, "2")
 		s.waitUsed(t, o, 2, warmup+turn)
-		if got, want := charged(t, o), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(got, want) {
+		if got, want := chargedReceipts(t, s, o), []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(got, want) {
 			t.Errorf("charged %q, want the warmup's and the turn's %q", got, want)
 		}
 	})
@@ -429,12 +433,7 @@ func TestCodexToolLoopOverTheResponsesWebSocket(t *testing.T) {
 	checkOnlyTheProviderCredential(t, fake.Calls(), o.key)
 	warmup, turn := catalogCostOf(t, codexModel, in, 0), catalogCostOf(t, codexModel, in, out)
 	s.waitUsed(t, o, 3, warmup+2*turn)
-	var charged []string
-	for _, r := range receiptRows(t, s, o, "cost_micro_usd, complete") {
-		if !strings.HasPrefix(r, "0 ") {
-			charged = append(charged, r)
-		}
-	}
+	charged := chargedReceipts(t, s, o)
 	if want := []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(charged, want) {
 		t.Errorf("charged %q, want the warmup, the function's call and the answer %q", charged, want)
 	}
