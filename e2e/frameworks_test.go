@@ -128,11 +128,11 @@ func TestLangChainThroughTheGateway(t *testing.T) {
 }
 
 // TestAISDKLeavingItsStream: a program leaves the AI SDK's streamText after the first
-// text. Aborting the call's abortSignal (a chat page's stop button) ends the request: the
+// text, on OpenAI's chat completions and Responses API and on Anthropic's messages. Aborting the call's abortSignal (a chat page's stop button) ends the request: the
 // provider, pausing after that text (lingeringUpstream's pauseAfter) until its client
 // leaves, sees it leave, and the call is charged incomplete, at least the input the
-// stream reported before (Anthropic's message_start; 1 micro-USD where none came, OpenAI
-// chat's usage coming last), less than the whole. Breaking out of the loop over
+// stream reported before (Anthropic's message_start; 1 micro-USD where none came: OpenAI's
+// usage comes last on both its APIs), less than the whole. Breaking out of the loop over
 // fullStream does not: streamText reads the provider's stream on to its end (for its
 // usage and response promises), so the provider, pausing after the first text for 2 s
 // and then going on (resumeAfter), is never left, and the answer is charged whole,
@@ -149,15 +149,17 @@ func TestAISDKLeavingItsStream(t *testing.T) {
 	s := startStack(t, gatewayEnv(upSrv.URL))
 	o := s.setUpOrg(t)
 	for _, c := range []struct {
-		model        string
-		textAt       int64 // the events the provider sends up to the first text
-		whole, least int64
+		stream, model string // aisdk.mjs's stream scenario, the model
+		textAt        int64  // the events the provider sends up to the first text
+		whole, least  int64
 	}{
-		{model, 2, catalogCost(in, 0, out), 1},
-		{claudeModel, 4, catalogCostOf(t, claudeModel, in, out), catalogCostOf(t, claudeModel, in, 0)},
+		{"stream", model, 2, catalogCost(in, 0, out), 1},
+		// created, in_progress, the message item and its text part come before the text.
+		{"responses-stream", model, 5, catalogCost(in, 0, out), 1},
+		{"stream", claudeModel, 4, catalogCostOf(t, claudeModel, in, out), catalogCostOf(t, claudeModel, in, 0)},
 	} {
 		for _, leave := range []string{"break", "abort"} {
-			t.Run(c.model+" "+leave, func(t *testing.T) {
+			t.Run(c.stream+" "+c.model+" "+leave, func(t *testing.T) {
 				stays := leave == "break"
 				up.pauseAfter.Store(c.textAt + 1)
 				if stays {
@@ -166,7 +168,7 @@ func TestAISDKLeavingItsStream(t *testing.T) {
 				}
 				t.Cleanup(func() { up.pauseAfter.Store(0); up.resumeAfter.Store(0); up.noLinger.Store(false) })
 				before, cancelled := len(fake.Calls()), up.cancelled.Load()
-				r := runSDK(t, dir, "aisdk.mjs", "stream-"+leave, s.gateway, o.key, c.model)
+				r := runSDK(t, dir, "aisdk.mjs", c.stream+"-"+leave, s.gateway, o.key, c.model)
 				got := fake.Calls()[before:]
 				if !r.OK || r.Text == "" || r.Text == fakellm.Text || !strings.HasPrefix(fakellm.Text, r.Text) || len(got) != 1 {
 					t.Fatalf("the call: %+v (want part of the text); the provider got %d calls", r, len(got))

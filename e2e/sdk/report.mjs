@@ -36,7 +36,7 @@ export function settings() {
     'speech-mp3', 'speech-opus', 'speech-aac', 'speech-flac', 'speech-wav', 'speech-pcm',
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'converse-latency', 'converse-stream-latency', 'invoke-latency', 'invoke-priority', 'invoke-guardrail', 'invoke-stream-guardrail', 'converse-guardrail', 'converse-stream-guardrail', 'converse-guardrail-blocked', 'apply-guardrail', 'count-tokens', 'guardrail-checks', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',
     'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search',
-    'stream-stop', 'responses-stream-stop', 'stream-break', 'stream-abort',
+    'stream-stop', 'responses-stream-stop', 'stream-break', 'stream-abort', 'responses-stream-break', 'responses-stream-abort',
     'converse-stream-stop', 'converse-stream-break', 'converse-stream-abort', 'invoke-stream-stop', 'invoke-stream-break', 'invoke-stream-abort',
     'vertex-stream-stop', 'vertex-stream-break', 'vertex-stream-abort'];
   if (!scenarios.includes(scenario)) {
