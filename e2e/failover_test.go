@@ -336,9 +336,23 @@ func failoverUnderLoad(t *testing.T, topo *topology) {
 	// The mirror was rebuilt for the replaced master, a rebuild for Redis alone: the
 	// control plane found Postgres as it was, and the enforcer sent nothing again
 	// (docs/redis.md, "What a rebuild tells the enforcers").
-	waitFor(t, 15*time.Second, "the enforcer to see the rebuild for the replaced master", func() bool {
+	// On a timeout it says which side fell short: no rebuild at the control plane, or one
+	// the enforcer took for a Postgres that may have lost its settlements.
+	rebuildSeen := func() bool {
 		return s.metric(t, "tollgate_enforcer_mirror_rebuilds_total", `settlements="not_needed"`) >= 1
-	})
+	}
+	for deadline := time.Now().Add(15 * time.Second); !rebuildSeen(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cp := "http://" + s.cp.addrs["admin"]
+			t.Fatalf("the enforcer did not see the rebuild for the replaced master within 15s: enforcer rebuilds sent_again %v, not_needed %v; "+
+				"control plane resyncs failover %v, generation %v, restore %v",
+				s.metric(t, "tollgate_enforcer_mirror_rebuilds_total", `settlements="sent_again"`),
+				s.metric(t, "tollgate_enforcer_mirror_rebuilds_total", `settlements="not_needed"`),
+				metricAt(t, cp, "tollgate_controlplane_mirror_resyncs_total", `kind="failover"`),
+				metricAt(t, cp, "tollgate_controlplane_mirror_resyncs_total", `kind="generation"`),
+				metricAt(t, cp, "tollgate_controlplane_mirror_resyncs_total", `kind="restore"`))
+		}
+	}
 	if n := s.metric(t, "tollgate_enforcer_mirror_rebuilds_total", `settlements="sent_again"`); n != 0 {
 		t.Errorf("%v rebuilds sent the enforcer's settlements again after a Redis failover, Postgres untouched", n)
 	}
