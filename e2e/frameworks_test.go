@@ -1,8 +1,11 @@
 package e2e_test
 
 import (
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +190,109 @@ func TestAISDKLeavingItsStream(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestAISDKToolLoopThroughTheGateway: an agent's call through Vercel's AI SDK, the model
+// given a tool (pay_toll) and the call let run up to three steps, on OpenAI's chat
+// completions, its Responses API and Anthropic's messages, buffered (generateText) and
+// streamed (streamText). The provider asks for the tool (a tool_calls message, a
+// function_call item, a tool_use block, streamed the way each API streams a call's
+// arguments), the SDK runs it and calls again with its result, and the provider answers
+// with text: two calls at the provider, each with its credential alone, each charged
+// exactly, complete, and the tool run once. Then a member blocked between the steps (the
+// tool's call spent past the limit, the tool held until the member is blocked): the
+// next step is refused with the 429 and both headers, the step taken stays charged.
+func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	const in, out = 10_000, 2_000
+	var big atomic.Bool // the last subtest's: a call past the member's limit
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		if big.Load() {
+			return fakellm.Usage{InputTokens: 10_000_000}
+		}
+		return fakellm.Usage{InputTokens: in, OutputTokens: out}
+	}, ToolUse: &fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	price := map[string]int64{model: catalogCost(in, 0, out), claudeModel: catalogCostOf(t, claudeModel, in, out)}
+	charged, used := 0, int64(0)
+	for _, c := range []frameworkCall{
+		{"tools", model, fakellm.OpenAIChat},
+		{"tools-stream", model, fakellm.OpenAIChat},
+		{"responses-tools", model, fakellm.OpenAIResponses},
+		{"responses-tools-stream", model, fakellm.OpenAIResponses},
+		{"tools", claudeModel, fakellm.AnthropicMessages},
+		{"tools-stream", claudeModel, fakellm.AnthropicMessages},
+	} {
+		t.Run(c.scenario+" "+c.model, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "aisdk.mjs", c.scenario, s.gateway, o.key, c.model)
+			if !r.OK || r.Text != fakellm.Text || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
+				t.Fatalf("the agent's call: %+v; want two steps, the toll of A1 paid once, and the answer", r)
+			}
+			got := fake.Calls()[before:]
+			checkOnlyTheProviderCredential(t, got, o.key)
+			if len(got) != 2 || got[0].API != c.api || got[1].API != c.api {
+				t.Fatalf("the provider got %d calls (%+v), want the tool's call and the answer on %s", len(got), got, c.api)
+			}
+			for i, call := range got {
+				rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id"))
+				if want := price[c.model]; rec.cost() != want || rec["complete"] != true {
+					t.Errorf("call %d: receipt %s, want %d, complete", i+1, rec, want)
+				}
+			}
+			charged, used = charged+2, used+2*price[c.model]
+		})
+	}
+	s.waitUsed(t, o, charged, used)
+
+	// The tool's call spends past the limit, and the tool is held (AISDK_TOOL_GATE) until
+	// the member is blocked: the next step is refused at the gateway with the 429, the
+	// step taken stays charged, and the provider never gets the next one.
+	t.Run("blocked between the steps", func(t *testing.T) {
+		big.Store(true)
+		reached, release := make(chan struct{}, 1), make(chan struct{})
+		gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case reached <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(gate.Close)
+		before := len(fake.Calls())
+		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+		run := startSDK(t, dir, "aisdk.mjs", "tools", s.gateway, o.key, model, "AISDK_MAX_RETRIES=0", "AISDK_TOOL_GATE="+gate.URL)
+		select {
+		case <-reached:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the agent's tool was not run within 30 s")
+		}
+		s.waitBlocked(t, o)
+		close(release)
+		r := run.result(t)
+		if r.OK || r.Status != 429 || r.HeaderCode == nil || *r.HeaderCode != "service_gateway_usage_limit_exceeded" ||
+			r.UsageState == nil || *r.UsageState != "blocked" {
+			t.Errorf("the agent's next step: %+v; want the 429 with both headers", r)
+		}
+		got := fake.Calls()[before:]
+		if len(got) != 1 {
+			t.Fatalf("the provider got %d calls, want the tool's call alone", len(got))
+		}
+		want := catalogCost(10_000_000, 0, 0)
+		if rec := waitReceipt(t, s, got[0].Header.Get("X-Service-Request-Id")); rec.cost() != want || rec["complete"] != true {
+			t.Errorf("the step taken: receipt %s, want %d, complete", rec, want)
+		}
+		if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+			t.Errorf("the gateway refused %v calls, want the next step's", n)
+		}
+		s.waitUsed(t, o, charged+1, used+want)
+	})
 }

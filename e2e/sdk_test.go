@@ -121,7 +121,11 @@ type sdkResult struct {
 	// realtime scenario).
 	CloseCode   int
 	CloseReason string
-	Error       string
+	// Steps and Tolls: the steps of an agent's call and the roads its pay_toll tool was
+	// run for (aisdk.mjs's tools scenarios).
+	Steps int
+	Tolls []string
+	Error string
 }
 
 // TestOfficialSDKsThroughTheEnforcedPath is issue 17's item 4: the official openai and
@@ -444,36 +448,63 @@ func sdkNode(dir string) string {
 // a Retry-After of hours) is killed after a minute.
 func runSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string, extraEnv ...string) sdkResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, sdkNode(dir), script, scenario)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TOLLGATE_BASE_URL=" + baseURL,
+	return startSDK(t, dir, script, scenario, baseURL, apiKey, model, extraEnv...).result(t)
+}
+
+// sdkRun is a script started by startSDK, whose result the test reads when it is done.
+type sdkRun struct {
+	script, scenario string
+	cmd              *exec.Cmd
+	ctx              context.Context
+	cancel           context.CancelFunc
+	stdout, stderr   bytes.Buffer
+	start            time.Time
+}
+
+// startSDK starts runSDK's script and returns at once, so that the test can act while
+// the program runs (result waits for it).
+func startSDK(t *testing.T, dir, script, scenario, baseURL, apiKey, model string, extraEnv ...string) *sdkRun {
+	t.Helper()
+	r := &sdkRun{script: script, scenario: scenario}
+	r.ctx, r.cancel = context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(r.cancel)
+	r.cmd = exec.CommandContext(r.ctx, sdkNode(dir), script, scenario)
+	r.cmd.Dir = dir
+	r.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TOLLGATE_BASE_URL=" + baseURL,
 		"TOLLGATE_API_KEY=" + apiKey, "TOLLGATE_MODEL=" + model}
-	cmd.Env = append(cmd.Env, extraEnv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("node %s %s did not finish within a minute (an SDK waiting out Retry-After?)\n%s", script, scenario, stderr.String())
+	r.cmd.Env = append(r.cmd.Env, extraEnv...)
+	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
+	r.start = time.Now()
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("node %s %s: %v", script, scenario, err)
+	}
+	return r
+}
+
+// result waits for the script's end and reads the last line it printed.
+func (r *sdkRun) result(t *testing.T) sdkResult {
+	t.Helper()
+	defer r.cancel()
+	err := r.cmd.Wait()
+	if r.ctx.Err() != nil {
+		t.Fatalf("node %s %s did not finish within a minute (an SDK waiting out Retry-After?)\n%s", r.script, r.scenario, r.stderr.String())
 	}
 	if err != nil {
-		t.Fatalf("node %s %s: %v\nstdout: %s\nstderr: %s", script, scenario, err, stdout.String(), stderr.String())
+		t.Fatalf("node %s %s: %v\nstdout: %s\nstderr: %s", r.script, r.scenario, err, r.stdout.String(), r.stderr.String())
 	}
 	var last string
-	sc := bufio.NewScanner(&stdout)
+	sc := bufio.NewScanner(&r.stdout)
 	for sc.Scan() {
 		if l := strings.TrimSpace(sc.Text()); l != "" {
 			last = l
 		}
 	}
-	var r sdkResult
-	if err := json.Unmarshal([]byte(last), &r); err != nil {
-		t.Fatalf("node %s %s printed %q: %v\nstderr: %s", script, scenario, last, err, stderr.String())
+	var res sdkResult
+	if err := json.Unmarshal([]byte(last), &res); err != nil {
+		t.Fatalf("node %s %s printed %q: %v\nstderr: %s", r.script, r.scenario, last, err, r.stderr.String())
 	}
-	t.Logf("node %s %s (%s): %s", script, scenario, time.Since(start).Round(time.Millisecond), last)
-	return r
+	t.Logf("node %s %s (%s): %s", r.script, r.scenario, time.Since(r.start).Round(time.Millisecond), last)
+	return res
 }
 
 // receipt is a usage_receipts row as JSON: the columns this test reads exist since the

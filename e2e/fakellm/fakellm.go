@@ -342,8 +342,11 @@ type Server struct {
 	// so a response.create of a Responses WebSocket session whose input carries no
 	// function_call_output (a function_call item, its input the arguments), and a
 	// Gemini streamGenerateContent whose contents carry no functionResponse (a
-	// functionCall part, its input the args): an agent (Claude Code, Codex, the Gemini
-	// CLI) runs it and calls again with its result, which is answered with text. Each answer reports the usage the test chose.
+	// functionCall part, its input the args), an OpenAI chat completion whose messages
+	// carry no tool result (a tool_calls message) and a Responses API request over HTTP
+	// whose input carries no function_call_output: an agent (Claude Code, Codex, the
+	// Gemini CLI, an application's framework) runs it and calls again with its result,
+	// which is answered with text. Each answer reports the usage the test chose.
 	ToolUse *ToolUse
 
 	mu    sync.Mutex
@@ -641,6 +644,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.API == OpenAIResponses {
 		id := fmt.Sprintf("resp_fake%06d", n)
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
+		if s.ToolUse != nil && !bytes.Contains(body, []byte(`"function_call_output"`)) {
+			call := fmt.Sprintf("call_fake%06d", n)
+			if !c.Stream {
+				ew.start("application/json", http.StatusOK)
+				ew.write(responseObject(id, model, "completed", "["+responsesFunctionCallItem(id, call, *s.ToolUse, "completed")+"]", u))
+				return
+			}
+			ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+			responsesFunctionCallEvents(id, model, call, *s.ToolUse, u, func(typ, data string) { ew.write("event: " + typ + "\ndata: " + data + "\n\n") })
+			return
+		}
 		if !c.Stream {
 			ew.start("application/json", http.StatusOK)
 			ew.write(responsesJSON(id, model, "completed", u))
@@ -653,6 +667,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.API == OpenAIChat {
 		id := fmt.Sprintf("chatcmpl-fake%06d", n)
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
+		// A tool's result comes back as a "tool" message, which carries its call's id.
+		if s.ToolUse != nil && !bytes.Contains(body, []byte(`"tool_call_id"`)) {
+			call := fmt.Sprintf("call_fake%06d", n)
+			if !c.Stream {
+				ew.start("application/json", http.StatusOK)
+				ew.write(openAIToolCallJSON(id, model, call, *s.ToolUse, u))
+				return
+			}
+			ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+			openAIToolCallStream(ew, id, model, call, *s.ToolUse, u, c.IncludeUsage)
+			return
+		}
 		if !c.Stream {
 			ew.start("application/json", http.StatusOK)
 			ew.write(openAIJSON(id, model, chatTier(req.ServiceTier), u))
@@ -840,6 +866,38 @@ func openAICacheWrites(u Usage) string {
 func openAIJSON(id, model, tier string, u Usage) string {
 	return fmt.Sprintf(`{"id":%q,"object":"chat.completion","created":1767225600,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":%s,"service_tier":%q,"system_fingerprint":"fp_fake"}`,
 		id, model, Text, openAIUsage(u), tier)
+}
+
+// openAIToolCallJSON is a chat completion asking for a call (id call) of the client's
+// function t (finish_reason "tool_calls", no content).
+func openAIToolCallJSON(id, model, call string, t ToolUse, u Usage) string {
+	return fmt.Sprintf(`{"id":%q,"object":"chat.completion","created":1767225600,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":null,"annotations":[],"tool_calls":[{"id":%q,"type":"function","function":{"name":%q,"arguments":%q}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":%s,"service_tier":"default","system_fingerprint":"fp_fake"}`,
+		id, model, call, t.Name, t.Input, openAIUsage(u))
+}
+
+// openAIToolCallStream streams that completion as OpenAI does: a first chunk with the
+// call's id, name and empty arguments, the arguments in two pieces, a finish chunk
+// ("tool_calls"), the usage chunk only when asked for, then [DONE].
+func openAIToolCallStream(ew *eventWriter, id, model, call string, t ToolUse, u Usage, includeUsage bool) {
+	usageField := ""
+	if includeUsage {
+		usageField = `,"usage":null`
+	}
+	chunk := func(delta, finish string) {
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":"default","system_fingerprint":"fp_fake","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]%s}`+"\n\n",
+			id, model, delta, finish, usageField))
+	}
+	chunk(fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}],"refusal":null}`, call, t.Name), "null")
+	half := len(t.Input) / 2
+	for _, piece := range []string{t.Input[:half], t.Input[half:]} {
+		chunk(fmt.Sprintf(`{"tool_calls":[{"index":0,"function":{"arguments":%q}}]}`, piece), "null")
+	}
+	chunk(`{}`, `"tool_calls"`)
+	if includeUsage {
+		ew.write(fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1767225600,"model":%q,"service_tier":"default","system_fingerprint":"fp_fake","choices":[],"usage":%s}`+"\n\n",
+			id, model, openAIUsage(u)))
+	}
+	ew.write("data: [DONE]\n\n")
 }
 
 // chatTier is the service tier a chat completion runs at: priority when the request asks
@@ -1239,9 +1297,7 @@ func responsesFunctionCallEvents(id, model, call string, t ToolUse, u Usage, emi
 		seq++
 	}
 	args, _ := json.Marshal(t.Input)
-	item := func(status string) string {
-		return fmt.Sprintf(`{"type":"function_call","id":"fc_%s","call_id":%q,"name":%q,"arguments":%s,"status":%q}`, id, call, t.Name, args, status)
-	}
+	item := func(status string) string { return responsesFunctionCallItem(id, call, t, status) }
 	at := fmt.Sprintf(`"item_id":"fc_%s","output_index":0`, id)
 	event("response.created", `"response":`+responsesJSON(id, model, "in_progress", u))
 	event("response.output_item.added", `"output_index":0,"item":`+item("in_progress"))
@@ -1249,6 +1305,12 @@ func responsesFunctionCallEvents(id, model, call string, t ToolUse, u Usage, emi
 	event("response.function_call_arguments.done", at+`,"arguments":`+string(args))
 	event("response.output_item.done", `"output_index":0,"item":`+item("completed"))
 	event("response.completed", `"response":`+responseObject(id, model, "completed", "["+item("completed")+"]", u))
+}
+
+// responsesFunctionCallItem is the function_call output item of response id calling t.
+func responsesFunctionCallItem(id, call string, t ToolUse, status string) string {
+	args, _ := json.Marshal(t.Input)
+	return fmt.Sprintf(`{"type":"function_call","id":"fc_%s","call_id":%q,"name":%q,"arguments":%s,"status":%q}`, id, call, t.Name, args, status)
 }
 
 // responsesWarmupEvents are the events of a warmup in the Responses API's WebSocket

@@ -7,12 +7,16 @@
 // messages, "responses" and "responses-stream" the same on OpenAI's Responses API (the
 // provider's default for openai(model)); a stream's "-break" (the program breaks out of
 // its loop over fullStream after the first text) and "-abort" (it aborts the call's
-// abortSignal there), report.mjs's leaveOf. AISDK_MAX_RETRIES, when set, is the call's
+// abortSignal there), report.mjs's leaveOf; "tools" and "tools-stream" (and
+// "responses-tools", "responses-tools-stream") give the model a tool, pay_toll, and let
+// the call run up to three steps, as an agent does: the model asks for the tool, the
+// SDK runs it and calls again with its result (reported: the steps and the roads the
+// tool was run for; AISDK_TOOL_GATE below). AISDK_MAX_RETRIES, when set, is the call's
 // maxRetries. A RetryError (every attempt failed) reports its last attempt's error and
 // how many attempts there were. See report.mjs for the settings.
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
-import { RetryError, generateText, streamText } from 'ai';
+import { RetryError, generateText, isStepCount, jsonSchema, streamText, tool } from 'ai';
 import { consume, leaveOf, run, settings } from './report.mjs';
 
 const s = settings();
@@ -51,8 +55,42 @@ function unwrapped(e) {
   return err;
 }
 
+// tools is the agent's one tool and the roads it was run for.
+const tolls = [];
+const tools = {
+  pay_toll: tool({
+    description: 'Pays the toll of a road.',
+    inputSchema: jsonSchema({ type: 'object', properties: { road: { type: 'string' } }, required: ['road'], additionalProperties: false }),
+    execute: async ({ road }) => {
+      // AISDK_TOOL_GATE, when set, is a URL the tool fetches before it answers: the test
+      // holds it there while it acts between the agent's steps.
+      if (process.env.AISDK_TOOL_GATE) await fetch(process.env.AISDK_TOOL_GATE);
+      tolls.push(road);
+      return { paid: true, road };
+    },
+  }),
+};
+
 await run('ai', s.scenario, async () => {
   try {
+    if (s.scenario.endsWith('tools') || s.scenario.endsWith('tools-stream')) {
+      const agent = { ...options, tools, stopWhen: isStepCount(3) };
+      if (s.scenario.endsWith('tools')) {
+        const r = await generateText(agent);
+        return { text: r.text, model: r.response.modelId, usage: r.totalUsage, chunks: 1, steps: r.steps.length, tolls };
+      }
+      const r = streamText({ ...agent, onError: () => {} });
+      let text = '';
+      let chunks = 0;
+      for await (const part of r.fullStream) {
+        if (part.type === 'error') throw part.error;
+        if (part.type === 'text-delta') {
+          chunks++;
+          text += part.text;
+        }
+      }
+      return { text, model: (await r.response).modelId, usage: await r.totalUsage, chunks, steps: (await r.steps).length, tolls };
+    }
     if (s.scenario === 'json' || s.scenario === 'responses') {
       const r = await generateText(options);
       return { text: r.text, model: r.response.modelId, usage: r.usage, chunks: 1 };

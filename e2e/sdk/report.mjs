@@ -25,7 +25,7 @@
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, usageState, headersReadable (the error gave the response's headers),
 // shouldRetry, retryAfter, attempts, elapsedMs, text, model, usage, chunks, searches,
-// places, containers, seconds, closeCode, closeReason, error}.
+// places, containers, seconds, closeCode, closeReason, steps, tolls, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
 
@@ -37,6 +37,7 @@ export function settings() {
     'invoke', 'invoke-stream', 'converse', 'converse-stream', 'vertex', 'vertex-stream', 'vertex-count', 'fast', 'fast-stream', 'priority', 'priority-stream', 'converse-priority', 'converse-stream-priority', 'converse-latency', 'converse-stream-latency', 'invoke-latency', 'invoke-priority', 'invoke-guardrail', 'invoke-stream-guardrail', 'converse-guardrail', 'converse-stream-guardrail', 'converse-guardrail-blocked', 'apply-guardrail', 'count-tokens', 'guardrail-checks', 'us', 'us-stream', 'advisor', 'advisor-stream', 'advisor-stream-abort', 'ocr',
     'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search',
     'stream-stop', 'responses-stream-stop', 'stream-break', 'stream-abort', 'responses-stream-break', 'responses-stream-abort',
+    'tools', 'tools-stream', 'responses-tools', 'responses-tools-stream',
     'converse-stream-stop', 'converse-stream-break', 'converse-stream-abort', 'invoke-stream-stop', 'invoke-stream-break', 'invoke-stream-abort',
     'vertex-stream-stop', 'vertex-stream-break', 'vertex-stream-abort'];
   if (!scenarios.includes(scenario)) {
