@@ -3,6 +3,9 @@ package e2e_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -295,4 +298,125 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 		}
 		s.waitUsed(t, o, charged+1, used+want)
 	})
+}
+
+// TestOpenAIAgentsSDKThroughTheGateway: OpenAI's Agents SDK (@openai/agents, e2e/sdk's
+// pin), configured as its docs say for another endpoint (OPENAI_BASE_URL at the
+// gateway's /v1, the member's Tollgate key as OPENAI_API_KEY), runs an agent with a tool
+// on the SDK's default model, on the Responses API (its default) and on chat
+// completions, run and streamed: two calls at the provider each (the tool's call and the
+// answer), each charged exactly at the catalog's price of the default model, the tool
+// run once. With its tracing on (the SDK's default outside NODE_ENV=test), the SDK
+// exports its traces to api.openai.com with OPENAI_API_KEY, the member's key: the
+// script keeps that request from leaving and the test holds what docs/gateway.md
+// warns of, so that a release that stops doing it is noticed; with
+// OPENAI_AGENTS_DISABLE_TRACING=1 (what the docs say to set) nothing but the gateway is
+// called. Blocked, the run fails at once with the 429 and both headers, one refusal (the
+// OpenAI client it runs on reads X-Should-Retry: false).
+func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	defaultModel := agentsDefaultModel(t, dir)
+	const in, out = 10_000, 2_000
+	var big atomic.Bool // the last run's: a call past the member's limit
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		if big.Load() {
+			return fakellm.Usage{InputTokens: 10_000_000}
+		}
+		return fakellm.Usage{InputTokens: in, OutputTokens: out}
+	}, ToolUse: &fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	env := func(tracing bool) []string {
+		e := []string{"OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key}
+		if !tracing {
+			e = append(e, "OPENAI_AGENTS_DISABLE_TRACING=1")
+		}
+		return e
+	}
+	price := catalogCostOf(t, defaultModel, in, out)
+	charged, used := 0, int64(0)
+	for _, c := range []struct {
+		scenario, api string
+		tracing       bool
+	}{
+		{"agent", fakellm.OpenAIResponses, false},
+		{"agent-stream", fakellm.OpenAIResponses, false},
+		{"agent-chat", fakellm.OpenAIChat, false},
+		{"agent-chat-stream", fakellm.OpenAIChat, false},
+		{"agent", fakellm.OpenAIResponses, true},
+	} {
+		name := c.scenario
+		if c.tracing {
+			name += ", tracing on"
+		}
+		t.Run(name, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "agents.mjs", c.scenario, s.gateway, o.key, "default", env(c.tracing)...)
+			if !r.OK || r.Text != fakellm.Text || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
+				t.Fatalf("the agent's run: %+v; want two steps, the toll of A1 paid once, and the answer", r)
+			}
+			got := fake.Calls()[before:]
+			checkOnlyTheProviderCredential(t, got, o.key)
+			if len(got) != 2 || got[0].API != c.api || got[1].API != c.api {
+				t.Fatalf("the provider got %d calls (%+v), want the tool's call and the answer on %s", len(got), got, c.api)
+			}
+			for i, call := range got {
+				if call.Model != defaultModel {
+					t.Errorf("call %d asked for %q, want the SDK's default model %q", i+1, call.Model, defaultModel)
+				}
+				if rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id")); rec.cost() != price || rec["complete"] != true {
+					t.Errorf("call %d: receipt %s, want %d, complete", i+1, rec, price)
+				}
+			}
+			charged, used = charged+2, used+2*price
+			leaked := slices.ContainsFunc(r.Foreign, func(f foreignRequest) bool {
+				return f.URL == "https://api.openai.com/v1/traces/ingest" && f.MemberKey
+			})
+			switch {
+			case c.tracing && !leaked:
+				t.Errorf("with tracing on, the program called %+v; want the trace export to api.openai.com with the member's key (docs/gateway.md warns of it: update them)", r.Foreign)
+			case !c.tracing && len(r.Foreign) != 0:
+				t.Errorf("with tracing off, the program called %+v; want the gateway alone", r.Foreign)
+			}
+		})
+	}
+	s.waitUsed(t, o, charged, used)
+
+	// One more run that spends the rest of the limit, then a blocked one.
+	big.Store(true)
+	runSDK(t, dir, "agents.mjs", "agent", s.gateway, o.key, "default", env(false)...)
+	s.waitBlocked(t, o)
+	before := len(fake.Calls())
+	refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+	r := runSDK(t, dir, "agents.mjs", "agent", s.gateway, o.key, "default", env(false)...)
+	if r.OK || r.Status != 429 || r.HeaderCode == nil || *r.HeaderCode != "service_gateway_usage_limit_exceeded" ||
+		r.UsageState == nil || *r.UsageState != "blocked" {
+		t.Errorf("blocked: %+v; want the 429 with both headers", r)
+	}
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+		t.Errorf("the gateway refused %v calls, want 1", n)
+	}
+	if n := len(fake.Calls()) - before; n != 0 {
+		t.Errorf("blocked, the provider got %d calls", n)
+	}
+}
+
+// agentsDefaultModel is the model the Agents SDK's OpenAI provider uses when an agent
+// names none, as its package declares it.
+func agentsDefaultModel(t *testing.T, dir string) string {
+	t.Helper()
+	file := filepath.Join(dir, "node_modules", "@openai", "agents-openai", "dist", "defaults.d.ts")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`DEFAULT_OPENAI_MODEL = "([^"]+)"`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no DEFAULT_OPENAI_MODEL in %s: has the package's shape changed?", file)
+	}
+	return string(m[1])
 }

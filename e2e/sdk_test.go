@@ -122,10 +122,20 @@ type sdkResult struct {
 	CloseCode   int
 	CloseReason string
 	// Steps and Tolls: the steps of an agent's call and the roads its pay_toll tool was
-	// run for (aisdk.mjs's tools scenarios).
+	// run for (aisdk.mjs's tools scenarios, agents.mjs).
 	Steps int
 	Tolls []string
-	Error string
+	// Foreign: the requests the program made to other hosts than the gateway's, answered
+	// by the script and never sent (agents.mjs: the Agents SDK's trace export).
+	Foreign []foreignRequest
+	Error   string
+}
+
+// foreignRequest is one request a script kept from another host: its URL, and whether
+// it carried the member's Tollgate key.
+type foreignRequest struct {
+	URL       string
+	MemberKey bool
 }
 
 // TestOfficialSDKsThroughTheEnforcedPath is issue 17's item 4: the official openai and

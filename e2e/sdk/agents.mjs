@@ -1,0 +1,77 @@
+// One agent run through OpenAI's Agents SDK (@openai/agents), configured as its docs say
+// for another endpoint: OPENAI_BASE_URL and OPENAI_API_KEY in the environment (the test
+// sets them to the gateway's /v1 and the member's Tollgate key). The agent has one tool,
+// pay_toll, and is asked to use it: the model asks for the tool, the SDK runs it and
+// calls again with its result. Scenarios: "agent" and "agent-stream" (run, and run with
+// stream: true) on the SDK's default API, the Responses API; "agent-chat" and
+// "agent-chat-stream" the same on chat completions (setOpenAIAPI). TOLLGATE_MODEL
+// "default" leaves the agent's model unset (the SDK's default model).
+//
+// The SDK exports its traces to api.openai.com with OPENAI_API_KEY unless tracing is
+// turned off (OPENAI_AGENTS_DISABLE_TRACING=1): every request the program makes to
+// another host than the gateway's is recorded (its URL, and whether it carried the
+// member's key) and answered here, never sent. The traces are flushed (as the SDK does
+// when the process is about to exit) before the result is reported, with
+// {steps, tolls, foreign} besides report.mjs's fields.
+import { run as report, settings } from './report.mjs';
+
+const s = settings();
+const gateway = new URL(s.baseURL).host;
+const foreign = [];
+const realFetch = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  const request = input instanceof Request ? input : undefined;
+  const url = new URL(request ? request.url : input);
+  if (url.host === gateway) return realFetch(input, init);
+  const headers = new Headers(init?.headers ?? request?.headers);
+  foreign.push({ url: url.origin + url.pathname, memberKey: (headers.get('authorization') ?? '').includes(s.apiKey) });
+  return new Response('{}', { status: 200, headers: { 'content-type': 'application/json' } });
+};
+// Imported once fetch is wrapped, so that every client the SDK makes uses the wrapper.
+const { Agent, getGlobalTraceProvider, run, setOpenAIAPI, tool } = await import('@openai/agents');
+const { z } = await import('zod');
+
+if (!s.scenario.startsWith('agent')) throw new Error(`${s.scenario} is not an Agents SDK scenario`);
+if (s.scenario.startsWith('agent-chat')) setOpenAIAPI('chat_completions');
+const tolls = [];
+const agent = new Agent({
+  name: 'Toll clerk',
+  instructions: 'Pay the tolls you are asked to pay.',
+  tools: [
+    tool({
+      name: 'pay_toll',
+      description: 'Pays the toll of a road.',
+      parameters: z.object({ road: z.string() }),
+      execute: async ({ road }) => {
+        tolls.push(road);
+        return { paid: true, road };
+      },
+    }),
+  ],
+  ...(s.model === 'default' ? {} : { model: s.model }),
+});
+
+await report('@openai/agents', s.scenario, async () => {
+  const input = 'Pay the toll of the A1.';
+  let result;
+  let chunks = 0;
+  if (s.scenario.endsWith('-stream')) {
+    result = await run(agent, input, { stream: true });
+    for await (const _ of result.toTextStream()) chunks++;
+    await result.completed;
+    if (result.error) throw result.error;
+  } else {
+    result = await run(agent, input);
+    chunks = 1;
+  }
+  await getGlobalTraceProvider().forceFlush();
+  const usage = result.state.usage;
+  return {
+    text: result.finalOutput,
+    usage: { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, requests: usage.requests },
+    chunks,
+    steps: result.rawResponses.length,
+    tolls,
+    foreign,
+  };
+});
