@@ -1,12 +1,14 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -303,8 +305,9 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 // TestOpenAIAgentsSDKThroughTheGateway: OpenAI's Agents SDK (@openai/agents, e2e/sdk's
 // pin), configured as its docs say for another endpoint (OPENAI_BASE_URL at the
 // gateway's /v1, the member's Tollgate key as OPENAI_API_KEY), runs an agent with a tool
-// on the SDK's default model, on the Responses API (its default) and on chat
-// completions, run and streamed: two calls at the provider each (the tool's call and the
+// on the SDK's default model, on the Responses API (its default), on chat completions
+// and on the Responses API's WebSocket mode (at 0.20.0 a session for each response),
+// run and streamed: two responses at the provider each (the tool's call and the
 // answer), each charged exactly at the catalog's price of the default model, the tool
 // run once. With its tracing on (the SDK's default outside NODE_ENV=test), the SDK
 // exports its traces to api.openai.com with OPENAI_API_KEY, the member's key: the
@@ -347,6 +350,8 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 		{"agent-stream", fakellm.OpenAIResponses, false},
 		{"agent-chat", fakellm.OpenAIChat, false},
 		{"agent-chat-stream", fakellm.OpenAIChat, false},
+		{"agent-ws", fakellm.OpenAIResponsesWebSocket, false},
+		{"agent-ws-stream", fakellm.OpenAIResponsesWebSocket, false},
 		{"agent", fakellm.OpenAIResponses, true},
 	} {
 		name := c.scenario
@@ -359,20 +364,30 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 			if !r.OK || r.Text != fakellm.Text || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
 				t.Fatalf("the agent's run: %+v; want two steps, the toll of A1 paid once, and the answer", r)
 			}
-			got := fake.Calls()[before:]
+			// Two responses at the provider: two HTTP calls, or WebSocket sessions carrying
+			// two messages in all (a session's call counts its messages when it ends).
+			var got []fakellm.Call
+			waitFor(t, 10*time.Second, "the provider's calls to end", func() bool {
+				got = fake.Calls()[before:]
+				return responsesIn(got) >= 2
+			})
 			checkOnlyTheProviderCredential(t, got, o.key)
-			if len(got) != 2 || got[0].API != c.api || got[1].API != c.api {
-				t.Fatalf("the provider got %d calls (%+v), want the tool's call and the answer on %s", len(got), got, c.api)
+			for _, call := range got {
+				if call.API != c.api || (c.api != fakellm.OpenAIResponsesWebSocket && call.Model != defaultModel) {
+					t.Errorf("the provider got %s for %q, want %s for the SDK's default model %q", call.API, call.Model, c.api, defaultModel)
+				}
 			}
-			for i, call := range got {
-				if call.Model != defaultModel {
-					t.Errorf("call %d asked for %q, want the SDK's default model %q", i+1, call.Model, defaultModel)
-				}
-				if rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id")); rec.cost() != price || rec["complete"] != true {
-					t.Errorf("call %d: receipt %s, want %d, complete", i+1, rec, price)
-				}
+			if n := responsesIn(got); n != 2 {
+				t.Fatalf("the provider got %d responses to make (%+v), want the tool's call and the answer", n, got)
 			}
 			charged, used = charged+2, used+2*price
+			s.waitUsed(t, o, charged, used)
+			receipts := chargedReceipts(t, s, o)
+			for i, r := range receipts[len(receipts)-2:] {
+				if want := fmt.Sprint(price, " true"); r != want {
+					t.Errorf("response %d charged %q, want %q (the catalog's price of %s, complete)", i+1, r, want, defaultModel)
+				}
+			}
 			leaked := slices.ContainsFunc(r.Foreign, func(f foreignRequest) bool {
 				return f.URL == "https://api.openai.com/v1/traces/ingest" && f.MemberKey
 			})
@@ -403,6 +418,21 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	if n := len(fake.Calls()) - before; n != 0 {
 		t.Errorf("blocked, the provider got %d calls", n)
 	}
+}
+
+// responsesIn counts the responses the provider was asked for in calls: one an HTTP
+// call, a WebSocket session's messages (its Body, once it ended).
+func responsesIn(calls []fakellm.Call) int {
+	n := 0
+	for _, c := range calls {
+		if c.API != fakellm.OpenAIResponsesWebSocket {
+			n++
+			continue
+		}
+		m, _ := strconv.Atoi(string(c.Body))
+		n += m
+	}
+	return n
 }
 
 // agentsDefaultModel is the model the Agents SDK's OpenAI provider uses when an agent

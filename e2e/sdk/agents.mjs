@@ -4,7 +4,8 @@
 // pay_toll, and is asked to use it: the model asks for the tool, the SDK runs it and
 // calls again with its result. Scenarios: "agent" and "agent-stream" (run, and run with
 // stream: true) on the SDK's default API, the Responses API; "agent-chat" and
-// "agent-chat-stream" the same on chat completions (setOpenAIAPI). TOLLGATE_MODEL
+// "agent-chat-stream" the same on chat completions (setOpenAIAPI); "agent-ws" and
+// "agent-ws-stream" on the Responses API's WebSocket mode (setOpenAIResponsesTransport). TOLLGATE_MODEL
 // "default" leaves the agent's model unset (the SDK's default model).
 //
 // The SDK exports its traces to api.openai.com with OPENAI_API_KEY unless tracing is
@@ -28,11 +29,12 @@ globalThis.fetch = async (input, init) => {
   return new Response('{}', { status: 200, headers: { 'content-type': 'application/json' } });
 };
 // Imported once fetch is wrapped, so that every client the SDK makes uses the wrapper.
-const { Agent, getGlobalTraceProvider, run, setOpenAIAPI, tool } = await import('@openai/agents');
+const { Agent, getGlobalTraceProvider, run, setOpenAIAPI, setOpenAIResponsesTransport, tool } = await import('@openai/agents');
 const { z } = await import('zod');
 
 if (!s.scenario.startsWith('agent')) throw new Error(`${s.scenario} is not an Agents SDK scenario`);
 if (s.scenario.startsWith('agent-chat')) setOpenAIAPI('chat_completions');
+if (s.scenario.startsWith('agent-ws')) setOpenAIResponsesTransport('websocket');
 const tolls = [];
 const agent = new Agent({
   name: 'Toll clerk',
