@@ -212,17 +212,7 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const in, out = 10_000, 2_000
-	var big atomic.Bool // the last subtest's: a call past the member's limit
-	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
-		if big.Load() {
-			return fakellm.Usage{InputTokens: 10_000_000}
-		}
-		return fakellm.Usage{InputTokens: in, OutputTokens: out}
-	}, ToolUse: &fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, big, s, o := agentStack(t, in, out)
 	price := map[string]int64{model: catalogCost(in, 0, out), claudeModel: catalogCostOf(t, claudeModel, in, out)}
 	charged, used := 0, int64(0)
 	for _, c := range []frameworkCall{
@@ -322,17 +312,7 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	defaultModel := agentsDefaultModel(t, dir)
 	const in, out = 10_000, 2_000
-	var big atomic.Bool // the last run's: a call past the member's limit
-	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
-		if big.Load() {
-			return fakellm.Usage{InputTokens: 10_000_000}
-		}
-		return fakellm.Usage{InputTokens: in, OutputTokens: out}
-	}, ToolUse: &fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}
-	up := httptest.NewServer(fake)
-	t.Cleanup(up.Close)
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, big, s, o := agentStack(t, in, out)
 	env := func(tracing bool) []string {
 		e := []string{"OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key}
 		if !tracing {
@@ -418,6 +398,24 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	if n := len(fake.Calls()) - before; n != 0 {
 		t.Errorf("blocked, the provider got %d calls", n)
 	}
+}
+
+// agentStack is a stack whose provider asks for the agents' pay_toll tool on A1 until
+// a request carries its result, each answer reporting in input and out output tokens,
+// or, once big is set, 10,000,000 input tokens (past the member's limit).
+func agentStack(t *testing.T, in, out int64) (fake *fakellm.Server, big *atomic.Bool, s *stack, o org) {
+	t.Helper()
+	big = new(atomic.Bool)
+	fake = &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		if big.Load() {
+			return fakellm.Usage{InputTokens: 10_000_000}
+		}
+		return fakellm.Usage{InputTokens: in, OutputTokens: out}
+	}, ToolUse: &fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s = startStack(t, gatewayEnv(up.URL))
+	return fake, big, s, s.setUpOrg(t)
 }
 
 // responsesIn counts the responses the provider was asked for in calls: one an HTTP

@@ -646,13 +646,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
 		if s.ToolUse != nil && !bytes.Contains(body, []byte(`"function_call_output"`)) {
 			call := fmt.Sprintf("call_fake%06d", n)
-			if !c.Stream {
-				ew.start("application/json", http.StatusOK)
-				ew.write(responseObject(id, model, "completed", "["+responsesFunctionCallItem(id, call, *s.ToolUse, "completed")+"]", u))
-				return
-			}
-			ew.start("text/event-stream; charset=utf-8", http.StatusOK)
-			responsesFunctionCallEvents(id, model, call, *s.ToolUse, u, func(typ, data string) { ew.write("event: " + typ + "\ndata: " + data + "\n\n") })
+			answerToolCall(ew, c.Stream, func() string {
+				return responseObject(id, model, "completed", "["+responsesFunctionCallItem(id, call, *s.ToolUse, "completed")+"]", u)
+			}, func() {
+				responsesFunctionCallEvents(id, model, call, *s.ToolUse, u, func(typ, data string) { ew.write("event: " + typ + "\ndata: " + data + "\n\n") })
+			})
 			return
 		}
 		if !c.Stream {
@@ -670,13 +668,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A tool's result comes back as a "tool" message, which carries its call's id.
 		if s.ToolUse != nil && !bytes.Contains(body, []byte(`"tool_call_id"`)) {
 			call := fmt.Sprintf("call_fake%06d", n)
-			if !c.Stream {
-				ew.start("application/json", http.StatusOK)
-				ew.write(openAIToolCallJSON(id, model, call, *s.ToolUse, u))
-				return
-			}
-			ew.start("text/event-stream; charset=utf-8", http.StatusOK)
-			openAIToolCallStream(ew, id, model, call, *s.ToolUse, u, c.IncludeUsage)
+			answerToolCall(ew, c.Stream, func() string { return openAIToolCallJSON(id, model, call, *s.ToolUse, u) },
+				func() { openAIToolCallStream(ew, id, model, call, *s.ToolUse, u, c.IncludeUsage) })
 			return
 		}
 		if !c.Stream {
@@ -696,13 +689,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Request-Id", fmt.Sprintf("req_fake%06d", n))
 	if s.ToolUse != nil && !bytes.Contains(body, []byte(`"tool_result"`)) {
 		call := fmt.Sprintf("toolu_fake%06d", n)
-		if !c.Stream {
-			ew.start("application/json", http.StatusOK)
-			ew.write(anthropicToolUseJSON(id, model, call, *s.ToolUse, u))
-			return
-		}
-		ew.start("text/event-stream; charset=utf-8", http.StatusOK)
-		anthropicToolUseStream(ew, id, model, call, *s.ToolUse, u)
+		answerToolCall(ew, c.Stream, func() string { return anthropicToolUseJSON(id, model, call, *s.ToolUse, u) },
+			func() { anthropicToolUseStream(ew, id, model, call, *s.ToolUse, u) })
 		return
 	}
 	if !c.Stream {
@@ -712,6 +700,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
 	anthropicStream(ew, id, model, u, speedField(req.Speed)+geoField(req.InferenceGeo))
+}
+
+// answerToolCall answers a request with a call of the client's tool: whole (JSON) or,
+// for a stream, as events writes it.
+func answerToolCall(ew *eventWriter, stream bool, whole func() string, events func()) {
+	if !stream {
+		ew.start("application/json", http.StatusOK)
+		ew.write(whole())
+		return
+	}
+	ew.start("text/event-stream; charset=utf-8", http.StatusOK)
+	events()
 }
 
 // anthropicToolUseJSON is Anthropic's message asking for a call (id call) of tool t.
