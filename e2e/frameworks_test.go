@@ -448,3 +448,79 @@ func agentsDefaultModel(t *testing.T, dir string) string {
 	}
 	return string(m[1])
 }
+
+// TestVoiceAgentThroughTheGateway: a voice agent of OpenAI's Agents SDK
+// (@openai/agents-realtime's RealtimeSession over its WebSocket transport, the SDK's
+// default realtime model) holds a session through the gateway's /v1/realtime with the
+// member's key: each of its two answers is a response of its own, charged exactly at the
+// catalog's price of that model, and the provider sees its own key alone. Once a session
+// spent the limit, the next one's handshake is refused with the 429 (the voice.mjs
+// script reports the status the ws package gives it in its error's message).
+func TestVoiceAgentThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	defaultModel := sdkDeclared(t, dir, "@openai/agents-realtime/dist/openaiRealtimeBase.mjs", `DEFAULT_OPENAI_REALTIME_MODEL = '([^']+)'`)
+	const in, out = 10_000, 2_000
+	var dear atomic.Bool // the second session's: its two answers spend past the limit
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		if dear.Load() {
+			return fakellm.Usage{InputTokens: 10 * in, OutputTokens: 5 * out}
+		}
+		return fakellm.Usage{InputTokens: in, OutputTokens: out}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	price, dearPrice := catalogCostOf(t, defaultModel, in, out), catalogCostOf(t, defaultModel, 10*in, 5*out)
+	if 2*price+dearPrice >= usd || 2*price+2*dearPrice < usd {
+		t.Fatalf("answers cost %d and %d micro-USD: the test wants the second session's second answer to spend the 1 USD limit, its first not to", price, dearPrice)
+	}
+
+	r := runSDK(t, dir, "voice.mjs", "voice", s.gateway, o.key, "default")
+	if !r.OK || r.Chunks != 2 {
+		t.Fatalf("the voice session: %+v; want two answers", r)
+	}
+	var calls []fakellm.Call
+	waitFor(t, 10*time.Second, "the session to end at the provider", func() bool {
+		calls = fake.Calls()
+		return len(calls) == 1 && len(calls[0].Body) > 0
+	})
+	checkOnlyTheProviderCredential(t, calls, o.key)
+	if calls[0].API != fakellm.OpenAIRealtime || calls[0].Model != defaultModel {
+		t.Errorf("the provider got %s for %q, want a Realtime session of the SDK's default model %q", calls[0].API, calls[0].Model, defaultModel)
+	}
+	s.waitUsed(t, o, 2, 2*price)
+	if got, want := chargedReceipts(t, s, o), []string{fmt.Sprint(price, " true"), fmt.Sprint(price, " true")}; !slices.Equal(got, want) {
+		t.Errorf("charged %q, want each answer's %q", got, want)
+	}
+
+	// A session whose two answers spend the limit, then one refused at its handshake.
+	dear.Store(true)
+	if r := runSDK(t, dir, "voice.mjs", "voice", s.gateway, o.key, "default"); !r.OK || r.Chunks != 2 {
+		t.Fatalf("the second session: %+v; want two answers", r)
+	}
+	s.waitUsed(t, o, 4, 2*price+2*dearPrice)
+	s.waitBlocked(t, o)
+	r = runSDK(t, dir, "voice.mjs", "voice", s.gateway, o.key, "default")
+	if r.OK || r.Status != 429 || len(fake.Calls()) != 2 {
+		t.Errorf("a blocked member's session: %+v; the provider got %d sessions, want 2", r, len(fake.Calls()))
+	}
+}
+
+// sdkDeclared is what pattern's first group matches in an SDK package's file (its
+// path under e2e/sdk/node_modules): a default the package declares.
+func sdkDeclared(t *testing.T, dir, file, pattern string) string {
+	t.Helper()
+	path := filepath.Join(dir, "node_modules", filepath.FromSlash(file))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(pattern).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no %s in %s: has the package's shape changed?", pattern, path)
+	}
+	return string(m[1])
+}

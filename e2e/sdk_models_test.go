@@ -42,6 +42,7 @@ var sdkModelUnions = []struct{ file, typ string }{
 	{"openai/resources/live/live.d.ts", ""},
 	{"openai/resources/live/sessions.d.ts", ""},
 	{"@anthropic-ai/sdk/resources/messages/messages.d.ts", "Model"},
+	{"@openai/agents-realtime/dist/openaiRealtimeBase.d.ts", "OpenAIRealtimeModels"},
 	{"@ai-sdk/openai/dist/index.d.ts", "const openaiModelDefinitions"},
 	{"@ai-sdk/openai/dist/index.d.ts", "const openaiEmbeddingModelEntries"},
 	{"@ai-sdk/openai/dist/index.d.ts", "const openaiImageModelEntries"},

@@ -38,7 +38,7 @@ export function settings() {
     'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search',
     'stream-stop', 'responses-stream-stop', 'stream-break', 'stream-abort', 'responses-stream-break', 'responses-stream-abort',
     'tools', 'tools-stream', 'responses-tools', 'responses-tools-stream',
-    'agent', 'agent-stream', 'agent-chat', 'agent-chat-stream', 'agent-ws', 'agent-ws-stream',
+    'agent', 'agent-stream', 'agent-chat', 'agent-chat-stream', 'agent-ws', 'agent-ws-stream', 'voice',
     'converse-stream-stop', 'converse-stream-break', 'converse-stream-abort', 'invoke-stream-stop', 'invoke-stream-break', 'invoke-stream-abort',
     'vertex-stream-stop', 'vertex-stream-break', 'vertex-stream-abort'];
   if (!scenarios.includes(scenario)) {
