@@ -198,17 +198,37 @@ func TestAISDKLeavingItsStream(t *testing.T) {
 }
 
 // TestAISDKToolLoopThroughTheGateway: an agent's call through Vercel's AI SDK, the model
-// given a tool (pay_toll) and the call let run up to three steps, on OpenAI's chat
-// completions, its Responses API and Anthropic's messages, buffered (generateText) and
-// streamed (streamText). The provider asks for the tool (a tool_calls message, a
-// function_call item, a tool_use block, streamed the way each API streams a call's
-// arguments), the SDK runs it and calls again with its result, and the provider answers
-// with text: two calls at the provider, each with its credential alone, each charged
-// exactly, complete, and the tool run once. Then a member blocked between the steps (the
-// tool's call spent past the limit, the tool held until the member is blocked): the
-// next step is refused with the 429 and both headers, the step taken stays charged.
+// given a tool (pay_toll) and the call let run up to three steps (stopWhen), buffered
+// (generateText) and streamed (streamText); toolLoopThroughTheGateway says what holds.
+// Blocked between the steps, with maxRetries: 0 the agent's call fails at once.
 func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 	t.Parallel()
+	toolLoopThroughTheGateway(t, "aisdk.mjs", "AISDK_MAX_RETRIES=0")
+}
+
+// TestLangChainToolLoopThroughTheGateway: an agent's loop written with LangChain's chat
+// models as its docs show (bindTools, the tool's result sent back as a ToolMessage),
+// invoked and streamed; toolLoopThroughTheGateway says what holds. Blocked between the
+// steps, the loop fails at once with LangChain's defaults (no retry of the usage
+// limit's 429).
+func TestLangChainToolLoopThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	toolLoopThroughTheGateway(t, "langchain.mjs")
+}
+
+// toolLoopThroughTheGateway runs script's agent (its tools scenarios: the model given a
+// tool, pay_toll, three steps at most) through the gateway on OpenAI's chat
+// completions, its Responses API and Anthropic's messages, buffered and streamed. The
+// provider asks for the tool (a tool_calls message, a function_call item, a tool_use
+// block, streamed the way each API streams a call's arguments), the program runs it and
+// calls again with its result, and the provider answers with text: two calls at the
+// provider, each with its credential alone, each charged exactly, complete, and the tool
+// run once. Then a member blocked between the steps (the tool's call spent past the
+// limit, the tool held at TOOL_GATE until the member is blocked, so that the test does
+// not race the settlement), the program's environment given blockedEnv: the next step is
+// refused with the 429 and both headers, one refusal, the step taken stays charged.
+func toolLoopThroughTheGateway(t *testing.T, script string, blockedEnv ...string) {
+	t.Helper()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const in, out = 10_000, 2_000
@@ -225,7 +245,7 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 	} {
 		t.Run(c.scenario+" "+c.model, func(t *testing.T) {
 			before := len(fake.Calls())
-			r := runSDK(t, dir, "aisdk.mjs", c.scenario, s.gateway, o.key, c.model)
+			r := runSDK(t, dir, script, c.scenario, s.gateway, o.key, c.model)
 			if !r.OK || r.Text != fakellm.Text || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
 				t.Fatalf("the agent's call: %+v; want two steps, the toll of A1 paid once, and the answer", r)
 			}
@@ -245,9 +265,6 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 	}
 	s.waitUsed(t, o, charged, used)
 
-	// The tool's call spends past the limit, and the tool is held (AISDK_TOOL_GATE) until
-	// the member is blocked: the next step is refused at the gateway with the 429, the
-	// step taken stays charged, and the provider never gets the next one.
 	t.Run("blocked between the steps", func(t *testing.T) {
 		big.Store(true)
 		reached, release := make(chan struct{}, 1), make(chan struct{})
@@ -264,7 +281,7 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 		t.Cleanup(gate.Close)
 		before := len(fake.Calls())
 		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
-		run := startSDK(t, dir, "aisdk.mjs", "tools", s.gateway, o.key, model, "AISDK_MAX_RETRIES=0", "AISDK_TOOL_GATE="+gate.URL)
+		run := startSDK(t, dir, script, "tools", s.gateway, o.key, model, append(blockedEnv, "TOOL_GATE="+gate.URL)...)
 		select {
 		case <-reached:
 		case <-time.After(30 * time.Second):

@@ -1307,9 +1307,15 @@ func responsesFunctionCallEvents(id, model, call string, t ToolUse, u Usage, emi
 	event("response.completed", `"response":`+responseObject(id, model, "completed", "["+item("completed")+"]", u))
 }
 
-// responsesFunctionCallItem is the function_call output item of response id calling t.
+// responsesFunctionCallItem is the function_call output item of response id calling t,
+// at status.
 func responsesFunctionCallItem(id, call string, t ToolUse, status string) string {
 	args, _ := json.Marshal(t.Input)
+	if status == "in_progress" {
+		// As OpenAI streams it: the item added with no arguments yet, which come in deltas
+		// (a client concatenating both would read them twice).
+		args = []byte(`""`)
+	}
 	return fmt.Sprintf(`{"type":"function_call","id":"fc_%s","call_id":%q,"name":%q,"arguments":%s,"status":%q}`, id, call, t.Name, args, status)
 }
 

@@ -11,7 +11,7 @@
 // "responses-tools", "responses-tools-stream") give the model a tool, pay_toll, and let
 // the call run up to three steps, as an agent does: the model asks for the tool, the
 // SDK runs it and calls again with its result (reported: the steps and the roads the
-// tool was run for; AISDK_TOOL_GATE below). AISDK_MAX_RETRIES, when set, is the call's
+// tool was run for; TOOL_GATE below). AISDK_MAX_RETRIES, when set, is the call's
 // maxRetries. A RetryError (every attempt failed) reports its last attempt's error and
 // how many attempts there were. See report.mjs for the settings.
 import { createAnthropic } from '@ai-sdk/anthropic';
@@ -62,9 +62,9 @@ const tools = {
     description: 'Pays the toll of a road.',
     inputSchema: jsonSchema({ type: 'object', properties: { road: { type: 'string' } }, required: ['road'], additionalProperties: false }),
     execute: async ({ road }) => {
-      // AISDK_TOOL_GATE, when set, is a URL the tool fetches before it answers: the test
-      // holds it there while it acts between the agent's steps.
-      if (process.env.AISDK_TOOL_GATE) await fetch(process.env.AISDK_TOOL_GATE);
+      // TOOL_GATE, when set, is a URL the tool fetches before it answers: the test holds
+      // it there while it acts between the agent's steps.
+      if (process.env.TOOL_GATE) await fetch(process.env.TOOL_GATE);
       tolls.push(road);
       return { paid: true, road };
     },

@@ -4,10 +4,19 @@
 // off). The model decides the class: a claude-* model is ChatAnthropic (Anthropic's
 // Messages API), any other ChatOpenAI (OpenAI's chat completions; with useResponsesApi
 // for the "responses" scenarios). Scenarios: "json" (invoke), "stream" (stream, its
-// chunks concatenated), "responses", "responses-stream". See report.mjs for the
-// settings.
+// chunks concatenated), "responses", "responses-stream"; "tools", "tools-stream",
+// "responses-tools" and "responses-tools-stream" run an agent's loop the way LangChain's
+// docs write one by hand: the model bound to a tool (bindTools: pay_toll), each step's
+// message (invoked, or its streamed chunks concatenated) answered with the tool's
+// result as a ToolMessage until the model answers without a call, three steps at most
+// (reported: the steps and the roads the tool was run for; TOOL_GATE, when set, is a
+// URL the tool fetches before it answers, where the test holds it). See report.mjs for
+// the settings.
 import { ChatAnthropic } from '@langchain/anthropic';
+import { HumanMessage } from '@langchain/core/messages';
+import { tool } from '@langchain/core/tools';
 import { ChatOpenAI } from '@langchain/openai';
+import { z } from 'zod';
 import { run, settings } from './report.mjs';
 
 const s = settings();
@@ -41,8 +50,44 @@ function unwrapped(e) {
   return e;
 }
 
+const tolls = [];
+const payToll = tool(async ({ road }) => {
+  if (process.env.TOOL_GATE) await fetch(process.env.TOOL_GATE);
+  tolls.push(road);
+  return JSON.stringify({ paid: true, road });
+}, { name: 'pay_toll', description: 'Pays the toll of a road.', schema: z.object({ road: z.string() }) });
+
+// agentLoop runs the tool loop: it returns the last message and the steps taken.
+async function agentLoop(stream) {
+  const model = chat.bindTools([payToll]);
+  const messages = [new HumanMessage('Pay the toll of the A1.')];
+  let steps = 0;
+  let chunks = 0;
+  let message;
+  while (steps < 3) {
+    steps++;
+    if (stream) {
+      message = undefined;
+      for await (const chunk of await model.stream(messages)) {
+        chunks++;
+        message = message === undefined ? chunk : message.concat(chunk);
+      }
+    } else {
+      message = await model.invoke(messages);
+      chunks++;
+    }
+    messages.push(message);
+    if (!message.tool_calls?.length) break;
+    for (const call of message.tool_calls) messages.push(await payToll.invoke(call));
+  }
+  return { text: textOf(message.content), model: message.response_metadata?.model_name ?? message.response_metadata?.model ?? null, usage: message.usage_metadata, chunks, steps, tolls };
+}
+
 await run('@langchain/core', s.scenario, async () => {
   try {
+    if (s.scenario.endsWith('tools') || s.scenario.endsWith('tools-stream')) {
+      return await agentLoop(s.scenario.endsWith('-stream'));
+    }
     if (s.scenario === 'json' || s.scenario === 'responses') {
       const m = await chat.invoke('How are tolls paid?');
       return { text: textOf(m.content), model: m.response_metadata?.model_name ?? m.response_metadata?.model ?? null, usage: m.usage_metadata, chunks: 1 };
