@@ -423,6 +423,14 @@ func gateCases() []gateCase {
 		{name: "a key in %24key alone", cred: withQuery(&gate.Credentials{}, "alt=sse&%24key=tgk_key"), want: admitted("within_limit")},
 		{name: "a provider's key parameter beside the header's key", cred: withQuery(credentialsFrom("X-Api-Key", "tgk_key"), "key=AIzaSyA-provider"), want: admitted("within_limit")},
 		{name: "a provider's key parameter alone", cred: withQuery(&gate.Credentials{}, "key=AIzaSyA-provider"), want: unauthorized("no_credential")},
+		{name: "a browser's key in a subprotocol", cred: withSubprotocols(&gate.Credentials{}, "realtime, openai-insecure-api-key.tgk_key"), want: admitted("within_limit")},
+		{name: "a browser's key in a subprotocol line of its own", cred: withSubprotocols(&gate.Credentials{}, "realtime", "openai-insecure-api-key.tgk_key"), want: admitted("within_limit")},
+		{name: "two keys in subprotocols", cred: withSubprotocols(&gate.Credentials{}, "openai-insecure-api-key.tgk_key, openai-insecure-api-key.tgk_other"), want: unauthorized("no_credential")},
+		{name: "a second key in a subprotocol", cred: withSubprotocols(credentialsFrom("Authorization", "Bearer tgk_key"), "realtime, openai-insecure-api-key.tgk_other"), want: unauthorized("no_credential")},
+		{name: "the header's key in a subprotocol too", cred: withSubprotocols(credentialsFrom("X-Api-Key", "tgk_key"), "openai-insecure-api-key.tgk_key"), want: admitted("within_limit")},
+		{name: "a provider's key in a subprotocol beside the header's key", cred: withSubprotocols(credentialsFrom("X-Api-Key", "tgk_key"), "openai-insecure-api-key.sk-provider"), want: admitted("within_limit")},
+		{name: "a provider's key in a subprotocol alone", cred: withSubprotocols(&gate.Credentials{}, "realtime, openai-insecure-api-key.sk-provider"), want: unauthorized("no_credential")},
+		{name: "subprotocols without a key", cred: withSubprotocols(&gate.Credentials{}, "realtime"), want: unauthorized("no_credential")},
 		{name: "x-api-key as Envoy joins two lines", cred: &gate.Credentials{APIKey: "tgk_key,tgk_other"}, want: unauthorized("no_credential")},
 		{name: "not a Tollgate key", cred: &gate.Credentials{APIKey: "sk-proj-abc"}, want: unauthorized("no_credential")},
 		{name: "Basic authorization", cred: &gate.Credentials{Authorization: "Basic dXNlcjpwYXNz"}, want: unauthorized("no_credential")},
@@ -1022,6 +1030,13 @@ func credentialsFrom(kv ...string) *gate.Credentials {
 // gateway reads them.
 func withQuery(c *gate.Credentials, rawQuery string) *gate.Credentials {
 	c.AddQuery(rawQuery)
+	return c
+}
+
+// withSubprotocols is c with the keys a WebSocket upgrade offers in its subprotocols
+// (its Sec-WebSocket-Protocol lines), as the gateway reads them.
+func withSubprotocols(c *gate.Credentials, lines ...string) *gate.Credentials {
+	c.AddSubprotocols(lines)
 	return c
 }
 

@@ -1229,12 +1229,17 @@ func (p *proxied) upstreamURL(r *http.Request) string {
 	return u.String()
 }
 
-// credentialsOf is the request's credentials: its headers' (gate.CredentialsFrom) and
-// the keys in its query (gate.Credentials.AddQuery: Google's key or $key, Azure
-// OpenAI's api-key, however their names are encoded), which upstreamQuery strips.
+// credentialsOf is the request's credentials: its headers' (gate.CredentialsFrom), the
+// keys in its query (gate.Credentials.AddQuery: Google's key or $key, Azure OpenAI's
+// api-key, however their names are encoded), which upstreamQuery strips, and on a
+// WebSocket upgrade a browser's key in a subprotocol (gate.Credentials.AddSubprotocols),
+// which the upstream handshake leaves out (subprotocols).
 func credentialsOf(r *http.Request) gate.Credentials {
 	c := gate.CredentialsFrom(r.Header)
 	c.AddQuery(r.URL.RawQuery)
+	if isWebSocket(r) {
+		c.AddSubprotocols(r.Header.Values("Sec-Websocket-Protocol"))
+	}
 	return c
 }
 

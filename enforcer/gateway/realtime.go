@@ -25,9 +25,10 @@ import (
 // response by response:
 //
 //   - The upgrade request is checked like any request (its key in a header: Authorization,
-//     x-api-key or api-key; a browser's key in a subprotocol is not read, so it is a 401)
-//     and admitted as the session's first request. The upstream's handshake comes first:
-//     a refusal of the provider's (401, 404...) is passed on as it came, uncharged.
+//     x-api-key or api-key; from a browser, which cannot set them, in the subprotocol
+//     "openai-insecure-api-key.<key>") and admitted as the session's first request. The
+//     upstream's handshake comes first: a refusal of the provider's (401, 404...) is
+//     passed on as it came, uncharged.
 //   - Every message goes through as it came, either way. The server's events are read
 //     (package realtimeusage); each response.done settles the admitted request with that
 //     response's usage, and each transcription of the user's audio with its own (at its
@@ -713,7 +714,8 @@ func closeWithin(client *websocket.Conn, err error, cancel context.CancelFunc) {
 }
 
 // subprotocols are the client's offered subprotocols, for the upstream, without any that
-// would carry a key (a browser's "openai-insecure-api-key.<key>").
+// would carry a key (a browser's "openai-insecure-api-key.<key>", read as its credential:
+// credentialsOf).
 func subprotocols(h http.Header) []string {
 	var out []string
 	for _, v := range h.Values("Sec-Websocket-Protocol") {

@@ -20,14 +20,11 @@ import (
 // CORS policy that hides the answer).
 func BrowserCalls(t testing.TB, endpoint string, keys ...string) string {
 	t.Helper()
-	chromium := LookTool(t, "chromium", "apt-get install chromium")
 	var calls []string
 	for _, k := range keys {
 		calls = append(calls, `await call("`+k+`")`)
 	}
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		_, _ = io.WriteString(w, `<html><body><script>
+	return pageSees(t, `
 async function call(key) {
   try {
     const r = await fetch("`+endpoint+`", {method: "POST",
@@ -40,18 +37,91 @@ async function call(key) {
     return "error " + err;
   }
 }
-(async () => { const seen = [`+strings.Join(calls, ", ")+`]; document.body.textContent = "[" + seen.join("|") + "]"; })();
-</script></body></html>`)
+async function main() { return [`+strings.Join(calls, ", ")+`].join("|"); }`)
+}
+
+// pageSees has the real headless Chromium load a page running script, which defines
+// `async function main()`, and returns the string main resolved to ("error <message>"
+// when it threw). The page posts it to its own server, and an image of the page that
+// server holds until then keeps the page loading, so that Chromium dumps it (and exits)
+// only once main is done, however long its network waits take: virtual time
+// (--virtual-time-budget) runs on while a WebSocket waits for messages.
+func pageSees(t testing.TB, script string) string {
+	t.Helper()
+	chromium := LookTool(t, "chromium", "apt-get install chromium")
+	result := make(chan string, 1)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/result":
+			b, _ := io.ReadAll(r.Body)
+			select {
+			case result <- string(b):
+			default:
+			}
+		case "/hold":
+			select {
+			case got := <-result:
+				result <- got // for the test to read
+			case <-r.Context().Done():
+			case <-time.After(50 * time.Second):
+			}
+			w.Header().Set("Content-Type", "image/gif")
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = io.WriteString(w, `<html><body><script>`+script+`
+(async () => {
+  let out;
+  try { out = await main(); } catch (err) { out = "error " + err; }
+  await fetch("/result", {method: "POST", body: out});
+})();
+</script><img src="/hold"></body></html>`)
+		}
 	}))
 	defer page.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=10000", "--dump-dom", page.URL).Output()
-	if err != nil {
+	if _, err := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--user-data-dir="+t.TempDir(), "--dump-dom", page.URL).Output(); err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
-	_, got, _ := strings.Cut(string(out), "[")
-	got, _, _ = strings.Cut(got, "]")
-	return got
+	select {
+	case got := <-result:
+		return got
+	default:
+		t.Fatal("the page reported nothing before Chromium was done with it")
+		return ""
+	}
+}
+
+// BrowserRealtime runs a page in the real headless Chromium that opens a Realtime
+// session at endpoint (a ws:// URL naming the model) for each key in turn, as a
+// browser's Realtime client does: its key in a subprotocol ("realtime" and
+// "openai-insecure-api-key.<key>"), since a page cannot set a WebSocket's headers. Once
+// the server's session.created came, it asks for one response and waits for its
+// response.done, then closes (1000). It returns what the page saw of each session,
+// joined by "|": "open <the subprotocol the handshake chose> <responses done>", or
+// "closed <code>" when the session closed before it opened (a browser is told no HTTP
+// status of a refused handshake: 1006), or "timeout".
+func BrowserRealtime(t testing.TB, endpoint string, keys ...string) string {
+	t.Helper()
+	var sessions []string
+	for _, k := range keys {
+		sessions = append(sessions, `await session("`+k+`")`)
+	}
+	return pageSees(t, `
+function session(key) {
+  return new Promise((resolve) => {
+    const ws = new WebSocket("`+endpoint+`", ["realtime", "openai-insecure-api-key." + key]);
+    let opened = false, done = 0;
+    const timer = setTimeout(() => { resolve("timeout"); ws.close(); }, 20000);
+    ws.onopen = () => { opened = true; };
+    ws.onmessage = (m) => {
+      const ev = JSON.parse(m.data);
+      if (ev.type === "session.created") ws.send(JSON.stringify({type: "response.create"}));
+      if (ev.type === "response.done") { done++; ws.close(1000, "done"); }
+    };
+    ws.onclose = (e) => { clearTimeout(timer); resolve(opened ? "open " + (ws.protocol || "-") + " " + done : "closed " + e.code); };
+  });
+}
+async function main() { return [`+strings.Join(sessions, ", ")+`].join("|"); }`)
 }
