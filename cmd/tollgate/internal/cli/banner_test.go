@@ -42,6 +42,8 @@ func TestDemoBannerSaysWhatToCall(t *testing.T) {
 				// Anthropic's does not (docs/gateway.md). The demo's fake upstream answers
 				// either, so a wrong one works here and fails against the provider.
 				"OpenAI's with base URL http://127.0.0.1:8000/v1", "Anthropic's with http://127.0.0.1:8000.",
+				// The Agents SDK's traces would take the member's key to OpenAI.
+				"OPENAI_AGENTS_DISABLE_TRACING=1",
 			}, tc.has...) {
 				if !strings.Contains(banner, s) {
 					t.Errorf("the banner lacks %q:\n%s", s, banner)
