@@ -327,7 +327,7 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
-	defaultModel := agentsDefaultModel(t, dir)
+	defaultModel := sdkDeclared(t, dir, "@openai/agents-openai/dist/defaults.d.ts", `DEFAULT_OPENAI_MODEL = "([^"]+)"`)
 	const in, out = 10_000, 2_000
 	fake, big, s, o := agentStack(t, in, out)
 	env := func(tracing bool) []string {
@@ -448,22 +448,6 @@ func responsesIn(calls []fakellm.Call) int {
 		n += m
 	}
 	return n
-}
-
-// agentsDefaultModel is the model the Agents SDK's OpenAI provider uses when an agent
-// names none, as its package declares it.
-func agentsDefaultModel(t *testing.T, dir string) string {
-	t.Helper()
-	file := filepath.Join(dir, "node_modules", "@openai", "agents-openai", "dist", "defaults.d.ts")
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`DEFAULT_OPENAI_MODEL = "([^"]+)"`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("no DEFAULT_OPENAI_MODEL in %s: has the package's shape changed?", file)
-	}
-	return string(m[1])
 }
 
 // TestVoiceAgentThroughTheGateway: a voice agent of OpenAI's Agents SDK

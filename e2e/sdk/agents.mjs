@@ -1,8 +1,8 @@
 // One agent run through OpenAI's Agents SDK (@openai/agents), configured as its docs say
 // for another endpoint: OPENAI_BASE_URL and OPENAI_API_KEY in the environment (the test
 // sets them to the gateway's /v1 and the member's Tollgate key). The agent has one tool,
-// pay_toll, and is asked to use it: the model asks for the tool, the SDK runs it and
-// calls again with its result. Scenarios: "agent" and "agent-stream" (run, and run with
+// pay_toll (report.mjs's toll), and is asked to use it: the model asks for the tool,
+// the SDK runs it and calls again with its result. Scenarios: "agent" and "agent-stream" (run, and run with
 // stream: true) on the SDK's default API, the Responses API; "agent-chat" and
 // "agent-chat-stream" the same on chat completions (setOpenAIAPI); "agent-ws" and
 // "agent-ws-stream" on the Responses API's WebSocket mode (setOpenAIResponsesTransport). TOLLGATE_MODEL
@@ -14,7 +14,7 @@
 // member's key) and answered here, never sent. The traces are flushed (as the SDK does
 // when the process is about to exit) before the result is reported, with
 // {steps, tolls, foreign} besides report.mjs's fields.
-import { run as report, settings } from './report.mjs';
+import { run as report, settings, toll } from './report.mjs';
 
 const s = settings();
 const gateway = new URL(s.baseURL).host;
@@ -35,21 +35,10 @@ const { z } = await import('zod');
 if (!s.scenario.startsWith('agent')) throw new Error(`${s.scenario} is not an Agents SDK scenario`);
 if (s.scenario.startsWith('agent-chat')) setOpenAIAPI('chat_completions');
 if (s.scenario.startsWith('agent-ws')) setOpenAIResponsesTransport('websocket');
-const tolls = [];
 const agent = new Agent({
   name: 'Toll clerk',
   instructions: 'Pay the tolls you are asked to pay.',
-  tools: [
-    tool({
-      name: 'pay_toll',
-      description: 'Pays the toll of a road.',
-      parameters: z.object({ road: z.string() }),
-      execute: async ({ road }) => {
-        tolls.push(road);
-        return { paid: true, road };
-      },
-    }),
-  ],
+  tools: [tool({ name: toll.name, description: toll.description, parameters: z.object({ road: z.string() }), execute: toll.pay })],
   ...(s.model === 'default' ? {} : { model: s.model }),
 });
 
@@ -73,7 +62,7 @@ await report('@openai/agents', s.scenario, async () => {
     usage: { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens, requests: usage.requests },
     chunks,
     steps: result.rawResponses.length,
-    tolls,
+    tolls: toll.tolls,
     foreign,
   };
 });

@@ -11,13 +11,13 @@
 // "responses-tools", "responses-tools-stream") give the model a tool, pay_toll, and let
 // the call run up to three steps, as an agent does: the model asks for the tool, the
 // SDK runs it and calls again with its result (reported: the steps and the roads the
-// tool was run for; TOOL_GATE below). AISDK_MAX_RETRIES, when set, is the call's
+// tool was run for; report.mjs's toll). AISDK_MAX_RETRIES, when set, is the call's
 // maxRetries. A RetryError (every attempt failed) reports its last attempt's error and
 // how many attempts there were. See report.mjs for the settings.
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { RetryError, generateText, isStepCount, jsonSchema, streamText, tool } from 'ai';
-import { consume, leaveOf, run, settings } from './report.mjs';
+import { consume, leaveOf, run, settings, toll } from './report.mjs';
 
 const s = settings();
 const anthropic = s.model.startsWith('claude');
@@ -55,19 +55,12 @@ function unwrapped(e) {
   return err;
 }
 
-// tools is the agent's one tool and the roads it was run for.
-const tolls = [];
+// tools is the agent's one tool (report.mjs's toll).
 const tools = {
   pay_toll: tool({
-    description: 'Pays the toll of a road.',
+    description: toll.description,
     inputSchema: jsonSchema({ type: 'object', properties: { road: { type: 'string' } }, required: ['road'], additionalProperties: false }),
-    execute: async ({ road }) => {
-      // TOOL_GATE, when set, is a URL the tool fetches before it answers: the test holds
-      // it there while it acts between the agent's steps.
-      if (process.env.TOOL_GATE) await fetch(process.env.TOOL_GATE);
-      tolls.push(road);
-      return { paid: true, road };
-    },
+    execute: toll.pay,
   }),
 };
 
@@ -77,7 +70,7 @@ await run('ai', s.scenario, async () => {
       const agent = { ...options, tools, stopWhen: isStepCount(3) };
       if (s.scenario.endsWith('tools')) {
         const r = await generateText(agent);
-        return { text: r.text, model: r.response.modelId, usage: r.totalUsage, chunks: 1, steps: r.steps.length, tolls };
+        return { text: r.text, model: r.response.modelId, usage: r.totalUsage, chunks: 1, steps: r.steps.length, tolls: toll.tolls };
       }
       const r = streamText({ ...agent, onError: () => {} });
       let text = '';
@@ -89,7 +82,7 @@ await run('ai', s.scenario, async () => {
           text += part.text;
         }
       }
-      return { text, model: (await r.response).modelId, usage: await r.totalUsage, chunks, steps: (await r.steps).length, tolls };
+      return { text, model: (await r.response).modelId, usage: await r.totalUsage, chunks, steps: (await r.steps).length, tolls: toll.tolls };
     }
     if (s.scenario === 'json' || s.scenario === 'responses') {
       const r = await generateText(options);

@@ -9,15 +9,14 @@
 // docs write one by hand: the model bound to a tool (bindTools: pay_toll), each step's
 // message (invoked, or its streamed chunks concatenated) answered with the tool's
 // result as a ToolMessage until the model answers without a call, three steps at most
-// (reported: the steps and the roads the tool was run for; TOOL_GATE, when set, is a
-// URL the tool fetches before it answers, where the test holds it). See report.mjs for
-// the settings.
+// (reported: the steps and the roads the tool was run for; report.mjs's toll). See
+// report.mjs for the settings.
 import { ChatAnthropic } from '@langchain/anthropic';
 import { HumanMessage } from '@langchain/core/messages';
 import { tool } from '@langchain/core/tools';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
-import { run, settings } from './report.mjs';
+import { run, settings, toll } from './report.mjs';
 
 const s = settings();
 let chat;
@@ -50,12 +49,8 @@ function unwrapped(e) {
   return e;
 }
 
-const tolls = [];
-const payToll = tool(async ({ road }) => {
-  if (process.env.TOOL_GATE) await fetch(process.env.TOOL_GATE);
-  tolls.push(road);
-  return JSON.stringify({ paid: true, road });
-}, { name: 'pay_toll', description: 'Pays the toll of a road.', schema: z.object({ road: z.string() }) });
+const payToll = tool(async (input) => JSON.stringify(await toll.pay(input)),
+  { name: toll.name, description: toll.description, schema: z.object({ road: z.string() }) });
 
 // agentLoop runs the tool loop: it returns the last message and the steps taken.
 async function agentLoop(stream) {
@@ -80,7 +75,7 @@ async function agentLoop(stream) {
     if (!message.tool_calls?.length) break;
     for (const call of message.tool_calls) messages.push(await payToll.invoke(call));
   }
-  return { text: textOf(message.content), model: message.response_metadata?.model_name ?? message.response_metadata?.model ?? null, usage: message.usage_metadata, chunks, steps, tolls };
+  return { text: textOf(message.content), model: message.response_metadata?.model_name ?? message.response_metadata?.model ?? null, usage: message.usage_metadata, chunks, steps, tolls: toll.tolls };
 }
 
 await run('@langchain/core', s.scenario, async () => {

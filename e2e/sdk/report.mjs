@@ -76,6 +76,21 @@ export function handshakeRefused(err) {
   return err;
 }
 
+// payToll is the agents' one tool, pay_toll, as each framework's tool runs it: it pays
+// the toll of road, noted in tolls (reported as the roads it was run for). TOOL_GATE,
+// when set, is a URL it fetches first: the test holds it there while it acts between
+// the agent's steps.
+export const toll = {
+  name: 'pay_toll',
+  description: 'Pays the toll of a road.',
+  tolls: [],
+  async pay({ road }) {
+    if (process.env.TOOL_GATE) await fetch(process.env.TOOL_GATE);
+    toll.tolls.push(road);
+    return { paid: true, road };
+  },
+};
+
 export async function run(sdk, scenario, call) {
   const out = { sdk, sdkVersion: versionOf(sdk), node: process.version, scenario, ok: false };
   const start = performance.now();

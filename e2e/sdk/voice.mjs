@@ -9,7 +9,7 @@
 // closeCode} besides report.mjs's fields; a refused handshake is reported as a refused
 // call (status, headerCode).
 import { DEFAULT_OPENAI_REALTIME_MODEL, RealtimeAgent, RealtimeSession } from '@openai/agents-realtime';
-import { run, settings } from './report.mjs';
+import { handshakeRefused, run, settings } from './report.mjs';
 
 const s = settings();
 if (s.scenario !== 'voice') throw new Error(`${s.scenario} is not a voice scenario`);
@@ -36,7 +36,9 @@ await run('@openai/agents-realtime', s.scenario, async () => {
   try {
     await session.connect({ apiKey: s.apiKey, url: url.toString() });
   } catch (e) {
-    throw refusal(e, errors);
+    // A refused handshake: its status is in the ws package's message, on the error
+    // thrown or on one the session reported.
+    throw [e, ...errors].map(handshakeRefused).find((err) => typeof err?.status === 'number') ?? e;
   }
   for (const message of ['How are tolls paid?', 'And at night?']) {
     let timer;
@@ -51,18 +53,3 @@ await run('@openai/agents-realtime', s.scenario, async () => {
   session.close();
   return { text: answers.join('\n'), model, chunks: answers.length };
 });
-
-// refusal gives a failed connection the HTTP status the handshake was refused with (the
-// ws package says it only in its message: "Unexpected server response: 429").
-function refusal(e, errors) {
-  const all = [e, ...errors];
-  for (const err of all) {
-    const m = /Unexpected server response: (\d+)/.exec(String(err?.message ?? err));
-    if (m) {
-      const out = new Error(String(err?.message ?? err));
-      out.status = Number(m[1]);
-      return out;
-    }
-  }
-  return e;
-}

@@ -282,14 +282,14 @@ func (c *Credentials) AddQuery(rawQuery string) {
 	}
 }
 
-// InsecureAPIKeySubprotocol prefixes the WebSocket subprotocol in which a browser's
+// insecureAPIKeySubprotocol prefixes the WebSocket subprotocol in which a browser's
 // Realtime client sends its key ("openai-insecure-api-key.<key>"; the openai SDK's
 // OpenAIRealtimeWebSocket with dangerouslyAllowBrowser, the Agents SDK's RealtimeSession
 // with useInsecureApiKey): a page cannot set a WebSocket handshake's headers.
-const InsecureAPIKeySubprotocol = "openai-insecure-api-key."
+const insecureAPIKeySubprotocol = "openai-insecure-api-key."
 
 // AddSubprotocols reads the key a WebSocket upgrade offers in a subprotocol
-// (InsecureAPIKeySubprotocol; values are the request's Sec-WebSocket-Protocol lines) as
+// (insecureAPIKeySubprotocol; values are the request's Sec-WebSocket-Protocol lines) as
 // x-api-key, by AddQuery's rule: every one counts, so two keys are a 401; beside a
 // credential in a header, one that is not a Tollgate credential is not read. Read it
 // only from an upgrade, whose Sec-WebSocket-* headers never go upstream; the front door
@@ -298,7 +298,7 @@ func (c *Credentials) AddSubprotocols(values []string) {
 	inHeaders := *c != (Credentials{})
 	for _, v := range values {
 		for _, sp := range strings.Split(v, ",") {
-			key, ok := strings.CutPrefix(strings.TrimSpace(sp), InsecureAPIKeySubprotocol)
+			key, ok := strings.CutPrefix(strings.TrimSpace(sp), insecureAPIKeySubprotocol)
 			if !ok || inHeaders && !credential.IsTollgateToken(key) {
 				continue
 			}
