@@ -203,7 +203,7 @@ func TestAISDKLeavingItsStream(t *testing.T) {
 // Blocked between the steps, with maxRetries: 0 the agent's call fails at once.
 func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	toolLoopThroughTheGateway(t, "aisdk.mjs", "AISDK_MAX_RETRIES=0")
+	toolLoopThroughTheGateway(t, "aisdk.mjs", nil, "AISDK_MAX_RETRIES=0")
 }
 
 // TestLangChainToolLoopThroughTheGateway: an agent's loop written with LangChain's chat
@@ -213,7 +213,38 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 // limit's 429).
 func TestLangChainToolLoopThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	toolLoopThroughTheGateway(t, "langchain.mjs")
+	toolLoopThroughTheGateway(t, "langchain.mjs", nil)
+}
+
+// TestLangChainCreateAgentThroughTheGateway: an agent made with LangChain's createAgent
+// (the langchain package, its loop on LangGraph), its model named "openai:<model>" or
+// "anthropic:<model>" and configured from the environment (OPENAI_BASE_URL,
+// ANTHROPIC_BASE_URL and their keys), invoked and streamed;
+// toolLoopThroughTheGateway says what holds. Blocked between the steps, the agent fails
+// at once with LangChain's defaults.
+//
+// With LangSmith's tracing on (LANGSMITH_TRACING=true and a LangSmith key of the
+// program's own), the agent's runs are exported elsewhere (the script answers that
+// request itself), and no such request carries the member's key: unlike OpenAI's Agents
+// SDK, LangChain's tracing never takes the member's key away (docs/gateway.md).
+func TestLangChainCreateAgentThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	toolLoopThroughTheGateway(t, "createagent.mjs", func(t *testing.T, dir string, s *stack) {
+		o := s.setUpOrg(t)
+		r := runSDK(t, dir, "createagent.mjs", "tools", s.gateway, o.key, model,
+			"LANGSMITH_TRACING=true", "LANGSMITH_API_KEY=lsv2_pt_e2e_own_key")
+		if !r.OK || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
+			t.Fatalf("the agent's call with tracing on: %+v; want two steps, the toll of A1 paid once", r)
+		}
+		if len(r.Foreign) == 0 {
+			t.Errorf("with LANGSMITH_TRACING=true the program called the gateway alone; want its trace exported (is the test's tracing on?)")
+		}
+		for _, f := range r.Foreign {
+			if f.MemberKey {
+				t.Errorf("the program sent the member's key to %s; want LangSmith's own key alone there", f.URL)
+			}
+		}
+	})
 }
 
 // toolLoopThroughTheGateway runs script's agent (its tools scenarios: the model given a
@@ -227,7 +258,10 @@ func TestLangChainToolLoopThroughTheGateway(t *testing.T) {
 // limit, the tool held at TOOL_GATE until the member is blocked, so that the test does
 // not race the settlement), the program's environment given blockedEnv: the next step is
 // refused with the 429 and both headers, one refusal, the step taken stays charged.
-func toolLoopThroughTheGateway(t *testing.T, script string, blockedEnv ...string) {
+// The program calls the gateway alone (the requests a script reports it kept from other
+// hosts: none). more, when set, runs on the same stack before the member is blocked
+// (with an organization of its own).
+func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing.T, dir string, s *stack), blockedEnv ...string) {
 	t.Helper()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -249,6 +283,9 @@ func toolLoopThroughTheGateway(t *testing.T, script string, blockedEnv ...string
 			if !r.OK || r.Text != fakellm.Text || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
 				t.Fatalf("the agent's call: %+v; want two steps, the toll of A1 paid once, and the answer", r)
 			}
+			if len(r.Foreign) != 0 {
+				t.Errorf("the program called %+v; want the gateway alone", r.Foreign)
+			}
 			got := fake.Calls()[before:]
 			checkOnlyTheProviderCredential(t, got, o.key)
 			if len(got) != 2 || got[0].API != c.api || got[1].API != c.api {
@@ -264,6 +301,9 @@ func toolLoopThroughTheGateway(t *testing.T, script string, blockedEnv ...string
 		})
 	}
 	s.waitUsed(t, o, charged, used)
+	if more != nil {
+		more(t, dir, s)
+	}
 
 	t.Run("blocked between the steps", func(t *testing.T) {
 		big.Store(true)

@@ -10,24 +10,14 @@
 //
 // The SDK exports its traces to api.openai.com with OPENAI_API_KEY unless tracing is
 // turned off (OPENAI_AGENTS_DISABLE_TRACING=1): every request the program makes to
-// another host than the gateway's is recorded (its URL, and whether it carried the
-// member's key) and answered here, never sent. The traces are flushed (as the SDK does
+// another host than the gateway's is recorded and answered here, never sent
+// (report.mjs's keepHome). The traces are flushed (as the SDK does
 // when the process is about to exit) before the result is reported, with
 // {steps, tolls, foreign} besides report.mjs's fields.
-import { run as report, settings, toll } from './report.mjs';
+import { keepHome, run as report, settings, toll } from './report.mjs';
 
 const s = settings();
-const gateway = new URL(s.baseURL).host;
-const foreign = [];
-const realFetch = globalThis.fetch;
-globalThis.fetch = async (input, init) => {
-  const request = input instanceof Request ? input : undefined;
-  const url = new URL(request ? request.url : input);
-  if (url.host === gateway) return realFetch(input, init);
-  const headers = new Headers(init?.headers ?? request?.headers);
-  foreign.push({ url: url.origin + url.pathname, memberKey: (headers.get('authorization') ?? '').includes(s.apiKey) });
-  return new Response('{}', { status: 200, headers: { 'content-type': 'application/json' } });
-};
+const foreign = keepHome(s);
 // Imported once fetch is wrapped, so that every client the SDK makes uses the wrapper.
 const { Agent, getGlobalTraceProvider, run, setOpenAIAPI, setOpenAIResponsesTransport, tool } = await import('@openai/agents');
 const { z } = await import('zod');

@@ -16,6 +16,7 @@ import { HumanMessage } from '@langchain/core/messages';
 import { tool } from '@langchain/core/tools';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
+import { modelOf, textOf, unwrapped } from './lcmessages.mjs';
 import { run, settings, toll } from './report.mjs';
 
 const s = settings();
@@ -30,23 +31,6 @@ if (s.model.startsWith('claude')) {
     configuration: { baseURL: `${s.baseURL}/v1` },
     useResponsesApi: s.scenario.startsWith('responses'),
   });
-}
-
-// textOf is a message's text: a string, or its text blocks (the Responses API's and
-// Anthropic's content may be blocks).
-function textOf(content) {
-  if (typeof content === 'string') return content;
-  return content.map((b) => (b.type === 'text' ? b.text : '')).join('');
-}
-
-// unwrapped gives an error LangChain rethrew report.mjs's names: the SDK's error keeps
-// its status and headers; the 429's body code is in its error.
-function unwrapped(e) {
-  if (e && typeof e === 'object' && typeof e.status !== 'number' && typeof e.response?.status === 'number') {
-    e.status = e.response.status;
-    e.headers = e.response.headers;
-  }
-  return e;
 }
 
 const payToll = tool(async (input) => JSON.stringify(await toll.pay(input)),
@@ -75,7 +59,7 @@ async function agentLoop(stream) {
     if (!message.tool_calls?.length) break;
     for (const call of message.tool_calls) messages.push(await payToll.invoke(call));
   }
-  return { text: textOf(message.content), model: message.response_metadata?.model_name ?? message.response_metadata?.model ?? null, usage: message.usage_metadata, chunks, steps, tolls: toll.tolls };
+  return { text: textOf(message.content), model: modelOf(message), usage: message.usage_metadata, chunks, steps, tolls: toll.tolls };
 }
 
 await run('@langchain/core', s.scenario, async () => {
@@ -85,7 +69,7 @@ await run('@langchain/core', s.scenario, async () => {
     }
     if (s.scenario === 'json' || s.scenario === 'responses') {
       const m = await chat.invoke('How are tolls paid?');
-      return { text: textOf(m.content), model: m.response_metadata?.model_name ?? m.response_metadata?.model ?? null, usage: m.usage_metadata, chunks: 1 };
+      return { text: textOf(m.content), model: modelOf(m), usage: m.usage_metadata, chunks: 1 };
     }
     if (s.scenario !== 'stream' && s.scenario !== 'responses-stream') {
       throw new Error(`${s.scenario} is not a LangChain scenario`);
@@ -96,7 +80,7 @@ await run('@langchain/core', s.scenario, async () => {
       chunks++;
       whole = whole === undefined ? chunk : whole.concat(chunk);
     }
-    return { text: textOf(whole.content), model: whole.response_metadata?.model_name ?? whole.response_metadata?.model ?? null, usage: whole.usage_metadata, chunks };
+    return { text: textOf(whole.content), model: modelOf(whole), usage: whole.usage_metadata, chunks };
   } catch (e) {
     throw unwrapped(e);
   }

@@ -76,6 +76,30 @@ export function handshakeRefused(err) {
   return err;
 }
 
+// keepHome wraps fetch so that the program calls the gateway (s.baseURL's host) alone:
+// a request to any other host is recorded in the array it returns ({url, memberKey}:
+// its origin and path, and whether its Authorization carried the member's key) and
+// answered here with an empty JSON object, never sent. Call it before the SDK is
+// imported, so that every client the SDK makes uses the wrapper. (An agent framework's
+// trace exporter is such a request: agents.mjs, createagent.mjs.) The test's own
+// TOOL_GATE (toll) is not the program's: it is let through.
+export function keepHome(s) {
+  const home = [new URL(s.baseURL).host];
+  if (process.env.TOOL_GATE) home.push(new URL(process.env.TOOL_GATE).host);
+  const foreign = [];
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = async (input, init) => {
+    const request = input instanceof Request ? input : undefined;
+    const url = new URL(request ? request.url : input);
+    if (home.includes(url.host)) return realFetch(input, init);
+    const headers = new Headers(init?.headers ?? request?.headers);
+    const credentials = [headers.get('authorization'), headers.get('x-api-key')].join(' ');
+    foreign.push({ url: url.origin + url.pathname, memberKey: credentials.includes(s.apiKey) });
+    return new Response('{}', { status: 200, headers: { 'content-type': 'application/json' } });
+  };
+  return foreign;
+}
+
 // payToll is the agents' one tool, pay_toll, as each framework's tool runs it: it pays
 // the toll of road, noted in tolls (reported as the roads it was run for). TOOL_GATE,
 // when set, is a URL it fetches first: the test holds it there while it acts between
