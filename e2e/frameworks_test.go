@@ -266,7 +266,7 @@ func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
 	const in, out = 10_000, 2_000
-	fake, big, s, o := agentStack(t, in, out)
+	fake, big, s, o := agentStack(t, in, out, tollCall)
 	price := map[string]int64{model: catalogCost(in, 0, out), claudeModel: catalogCostOf(t, claudeModel, in, out)}
 	charged, used := 0, int64(0)
 	for _, c := range []frameworkCall{
@@ -369,7 +369,7 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	awayFromDayBoundary(t, 3*time.Minute)
 	defaultModel := sdkDeclared(t, dir, "@openai/agents-openai/dist/defaults.d.ts", `DEFAULT_OPENAI_MODEL = "([^"]+)"`)
 	const in, out = 10_000, 2_000
-	fake, big, s, o := agentStack(t, in, out)
+	fake, big, s, o := agentStack(t, in, out, tollCall)
 	env := func(tracing bool) []string {
 		e := []string{"OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key}
 		if !tracing {
@@ -457,10 +457,59 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	}
 }
 
-// agentStack is a stack whose provider asks for the agents' pay_toll tool on A1 until
-// a request carries its result, each answer reporting in input and out output tokens,
-// or, once big is set, 10,000,000 input tokens (past the member's limit).
-func agentStack(t *testing.T, in, out int64) (fake *fakellm.Server, big *atomic.Bool, s *stack, o org) {
+// TestOpenAIAgentsSDKHandoffThroughTheGateway: an Agents SDK run in which a triage
+// agent on the SDK's default model hands the task off to a toll clerk on another model
+// (gpt-4o-mini), which runs its tool: three responses at the provider, the triage's on
+// the default model and the clerk's two on its own, each charged exactly at its own
+// model's catalog price, run and streamed on the Responses API. An agent's model is
+// each call's own: the gateway charges what each call asked for and was answered.
+func TestOpenAIAgentsSDKHandoffThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	defaultModel := sdkDeclared(t, dir, "@openai/agents-openai/dist/defaults.d.ts", `DEFAULT_OPENAI_MODEL = "([^"]+)"`)
+	const in, out = 10_000, 2_000
+	// The SDK offers a handoff as the tool transfer_to_<the agent's name, each character
+	// not a letter or digit an underscore>.
+	handoff := fakellm.ToolUse{Name: "transfer_to_Toll_clerk", Input: `{}`, Then: &tollCall}
+	fake, _, s, o := agentStack(t, in, out, handoff)
+	charged, used := 0, int64(0)
+	for _, scenario := range []string{"agent-handoff", "agent-handoff-stream"} {
+		t.Run(scenario, func(t *testing.T) {
+			before := len(fake.Calls())
+			r := runSDK(t, dir, "agents.mjs", scenario, s.gateway, o.key, model,
+				"OPENAI_BASE_URL="+s.gateway+"/v1", "OPENAI_API_KEY="+o.key, "OPENAI_AGENTS_DISABLE_TRACING=1")
+			if !r.OK || r.Text != fakellm.Text || r.Steps != 3 || !slices.Equal(r.Tolls, []string{"A1"}) || r.LastAgent != "Toll clerk" {
+				t.Fatalf("the run: %+v; want three steps (the handoff, the tool's call, the answer), the toll of A1 paid once by the toll clerk", r)
+			}
+			got := fake.Calls()[before:]
+			checkOnlyTheProviderCredential(t, got, o.key)
+			wantModels := []string{defaultModel, model, model}
+			if len(got) != len(wantModels) {
+				t.Fatalf("the provider got %d calls (%+v), want the triage's and the clerk's two", len(got), got)
+			}
+			for i, call := range got {
+				if call.API != fakellm.OpenAIResponses || call.Model != wantModels[i] {
+					t.Errorf("call %d: %s for %q, want the Responses API for %q", i+1, call.API, call.Model, wantModels[i])
+				}
+				want := catalogCostOf(t, wantModels[i], in, out)
+				if rec := waitReceipt(t, s, call.Header.Get("X-Service-Request-Id")); rec.cost() != want || rec["complete"] != true {
+					t.Errorf("call %d (%s): receipt %s, want %d, complete", i+1, wantModels[i], rec, want)
+				}
+				charged, used = charged+1, used+want
+			}
+		})
+	}
+	s.waitUsed(t, o, charged, used)
+}
+
+// tollCall is the agents' pay_toll tool called for the toll of A1.
+var tollCall = fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}
+
+// agentStack is a stack whose provider asks for tool (tollCall, or a chain of calls)
+// until a request carries its result, each answer reporting in input and out output
+// tokens, or, once big is set, 10,000,000 input tokens (past the member's limit).
+func agentStack(t *testing.T, in, out int64, tool fakellm.ToolUse) (fake *fakellm.Server, big *atomic.Bool, s *stack, o org) {
 	t.Helper()
 	big = new(atomic.Bool)
 	fake = &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
@@ -468,7 +517,7 @@ func agentStack(t *testing.T, in, out int64) (fake *fakellm.Server, big *atomic.
 			return fakellm.Usage{InputTokens: 10_000_000}
 		}
 		return fakellm.Usage{InputTokens: in, OutputTokens: out}
-	}, ToolUse: &fakellm.ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}
+	}, ToolUse: &tool}
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
 	s = startStack(t, gatewayEnv(up.URL))

@@ -122,11 +122,14 @@ type sdkResult struct {
 	CloseCode   int
 	CloseReason string
 	// Steps and Tolls: the steps of an agent's call and the roads its pay_toll tool was
-	// run for (aisdk.mjs's tools scenarios, agents.mjs).
-	Steps int
-	Tolls []string
+	// run for (the tools scenarios of aisdk.mjs, langchain.mjs and createagent.mjs;
+	// agents.mjs). LastAgent: the agent that gave the answer (agents.mjs).
+	Steps     int
+	Tolls     []string
+	LastAgent string
 	// Foreign: the requests the program made to other hosts than the gateway's, answered
-	// by the script and never sent (agents.mjs: the Agents SDK's trace export).
+	// by the script and never sent (report.mjs's keepHome: agents.mjs, the Agents SDK's
+	// trace export; createagent.mjs, LangSmith's).
 	Foreign []foreignRequest
 	Error   string
 }

@@ -327,8 +327,25 @@ func (u *NextUsage) Of(Call) Usage {
 }
 
 // ToolUse is a call of a client's tool the model asks for: the tool's name and its
-// input, a JSON object.
-type ToolUse struct{ Name, Input string }
+// input, a JSON object. Then, when set, is the call asked for once a request carries
+// this one's result (an agent's next tool, or the tool of the agent a handoff went to):
+// a request carrying n results is asked for the chain's (n+1)th call, and answered with
+// text past its end.
+type ToolUse struct {
+	Name, Input string
+	Then        *ToolUse
+}
+
+// toolCall is the call the model asks for in a request whose body carries tools'
+// results, each marked once by the JSON string result ("function_call_output",
+// "tool_call_id", "tool_result", "functionResponse"), or nil when it answers with text.
+func (s *Server) toolCall(body []byte, result string) *ToolUse {
+	t := s.ToolUse
+	for n := bytes.Count(body, []byte(`"`+result+`"`)); t != nil && n > 0; n-- {
+		t = t.Then
+	}
+	return t
+}
 
 // Server answers both APIs; use it as an http.Handler (httptest.NewServer(s)).
 type Server struct {
@@ -346,7 +363,8 @@ type Server struct {
 	// carry no tool result (a tool_calls message) and a Responses API request over HTTP
 	// whose input carries no function_call_output: an agent (Claude Code, Codex, the
 	// Gemini CLI, an application's framework) runs it and calls again with its result,
-	// which is answered with text. Each answer reports the usage the test chose.
+	// which is answered with text, or with ToolUse.Then's call. Each answer reports the
+	// usage the test chose.
 	ToolUse *ToolUse
 
 	mu    sync.Mutex
@@ -592,8 +610,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Gemini-Service-Tier", tier)
 			tierField = fmt.Sprintf(`"serviceTier":%q`, tier)
 		}
-		if s.ToolUse != nil && c.API == GeminiStream && !bytes.Contains(body, []byte(`"functionResponse"`)) {
-			geminiFunctionCall(ew, model, *s.ToolUse, u, r.URL.Query().Get("alt") == "sse")
+		if t := s.toolCall(body, "functionResponse"); t != nil && c.API == GeminiStream {
+			geminiFunctionCall(ew, model, *t, u, r.URL.Query().Get("alt") == "sse")
 			return
 		}
 		geminiAnswer(ew, c.API, model, u, r.URL.Query().Get("alt") == "sse", tierField)
@@ -644,12 +662,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.API == OpenAIResponses {
 		id := fmt.Sprintf("resp_fake%06d", n)
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
-		if s.ToolUse != nil && !bytes.Contains(body, []byte(`"function_call_output"`)) {
+		if t := s.toolCall(body, "function_call_output"); t != nil {
 			call := fmt.Sprintf("call_fake%06d", n)
 			answerToolCall(ew, c.Stream, func() string {
-				return responseObject(id, model, "completed", "["+responsesFunctionCallItem(id, call, *s.ToolUse, "completed")+"]", u)
+				return responseObject(id, model, "completed", "["+responsesFunctionCallItem(id, call, *t, "completed")+"]", u)
 			}, func() {
-				responsesFunctionCallEvents(id, model, call, *s.ToolUse, u, func(typ, data string) { ew.write("event: " + typ + "\ndata: " + data + "\n\n") })
+				responsesFunctionCallEvents(id, model, call, *t, u, func(typ, data string) { ew.write("event: " + typ + "\ndata: " + data + "\n\n") })
 			})
 			return
 		}
@@ -666,10 +684,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id := fmt.Sprintf("chatcmpl-fake%06d", n)
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
 		// A tool's result comes back as a "tool" message, which carries its call's id.
-		if s.ToolUse != nil && !bytes.Contains(body, []byte(`"tool_call_id"`)) {
+		if t := s.toolCall(body, "tool_call_id"); t != nil {
 			call := fmt.Sprintf("call_fake%06d", n)
-			answerToolCall(ew, c.Stream, func() string { return openAIToolCallJSON(id, model, call, *s.ToolUse, u) },
-				func() { openAIToolCallStream(ew, id, model, call, *s.ToolUse, u, c.IncludeUsage) })
+			answerToolCall(ew, c.Stream, func() string { return openAIToolCallJSON(id, model, call, *t, u) },
+				func() { openAIToolCallStream(ew, id, model, call, *t, u, c.IncludeUsage) })
 			return
 		}
 		if !c.Stream {
@@ -687,10 +705,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id := fmt.Sprintf("msg_fake%06d", n)
 	w.Header().Set("Request-Id", fmt.Sprintf("req_fake%06d", n))
-	if s.ToolUse != nil && !bytes.Contains(body, []byte(`"tool_result"`)) {
+	if t := s.toolCall(body, "tool_result"); t != nil {
 		call := fmt.Sprintf("toolu_fake%06d", n)
-		answerToolCall(ew, c.Stream, func() string { return anthropicToolUseJSON(id, model, call, *s.ToolUse, u) },
-			func() { anthropicToolUseStream(ew, id, model, call, *s.ToolUse, u) })
+		answerToolCall(ew, c.Stream, func() string { return anthropicToolUseJSON(id, model, call, *t, u) },
+			func() { anthropicToolUseStream(ew, id, model, call, *t, u) })
 		return
 	}
 	if !c.Stream {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -336,6 +337,35 @@ func TestUsagesChangeBetweenCalls(t *testing.T) {
 		u.Set(Usage{InputTokens: want})
 		if got := promptTokens(); got != want {
 			t.Fatalf("after Set(%d): %d prompt tokens", want, got)
+		}
+	}
+}
+
+// A chain of tool calls (a handoff, then the next agent's tool) is asked for one call a
+// step: a request carrying n results gets the chain's (n+1)th call, and text past its
+// end, on each API that asks for tools.
+func TestToolCallChain(t *testing.T) {
+	s := &Server{ToolUse: &ToolUse{Name: "transfer_to_toll_clerk", Input: `{}`, Then: &ToolUse{Name: "pay_toll", Input: `{"road":"A1"}`}}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	for _, c := range []struct{ path, body, result string }{
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[%s]}`, `{"role":"tool","tool_call_id":"c%d","content":"ok"}`},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":[%s]}`, `{"type":"function_call_output","call_id":"c%d","output":"ok"}`},
+		{"/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[%s]}`, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"c%d"}]}`},
+	} {
+		var results []string
+		for i, want := range []string{"transfer_to_toll_clerk", "pay_toll", ""} {
+			_, body := post(t, srv.URL, c.path, "", fmt.Sprintf(c.body, strings.Join(results, ",")))
+			asked := ""
+			for _, name := range []string{"transfer_to_toll_clerk", "pay_toll"} {
+				if strings.Contains(body, `"name":"`+name+`"`) {
+					asked = name
+				}
+			}
+			if asked != want || (want == "" && !strings.Contains(body, Text)) {
+				t.Errorf("%s with %d results: %s; want a call of %q (none: the answer's text)", c.path, i, body, want)
+			}
+			results = append(results, fmt.Sprintf(c.result, i))
 		}
 	}
 }

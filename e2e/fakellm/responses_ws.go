@@ -1,7 +1,6 @@
 package fakellm
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -26,7 +25,8 @@ const responsesMessageBytes = 16 << 20
 // request's state and generates nothing) is answered response.created and
 // response.completed with no output, its usage the input alone. With the server's
 // ToolUse, a response.create whose input has no function_call_output is answered with a
-// call of that function (responsesFunctionCallEvents). The session is one Call; its Body
+// call of that function (responsesFunctionCallEvents), and one with n of them with the
+// chain's next call (ToolUse.Then), if any. The session is one Call; its Body
 // counts the client's messages, in decimal, when it ends.
 func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil)
@@ -75,11 +75,12 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 				werr = conn.Write(ctx, websocket.MessageText, []byte(data))
 			}
 		}
+		tool := s.toolCall(msg, "function_call_output")
 		switch id := fmt.Sprintf("resp_ws%06d", i); {
 		case ev.Generate != nil && !*ev.Generate:
 			responsesWarmupEvents(id, model, u, emit)
-		case s.ToolUse != nil && !bytes.Contains(msg, []byte(`"function_call_output"`)):
-			responsesFunctionCallEvents(id, model, fmt.Sprintf("call_ws%06d", i), *s.ToolUse, u, emit)
+		case tool != nil:
+			responsesFunctionCallEvents(id, model, fmt.Sprintf("call_ws%06d", i), *tool, u, emit)
 		default:
 			responsesEvents(id, model, u, emit)
 		}

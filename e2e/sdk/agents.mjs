@@ -5,15 +5,18 @@
 // the SDK runs it and calls again with its result. Scenarios: "agent" and "agent-stream" (run, and run with
 // stream: true) on the SDK's default API, the Responses API; "agent-chat" and
 // "agent-chat-stream" the same on chat completions (setOpenAIAPI); "agent-ws" and
-// "agent-ws-stream" on the Responses API's WebSocket mode (setOpenAIResponsesTransport). TOLLGATE_MODEL
-// "default" leaves the agent's model unset (the SDK's default model).
+// "agent-ws-stream" on the Responses API's WebSocket mode (setOpenAIResponsesTransport);
+// "agent-handoff" and "agent-handoff-stream" start with a triage agent on the SDK's
+// default model, which has no tool but a handoff to the toll clerk (the agent above,
+// on TOLLGATE_MODEL). TOLLGATE_MODEL "default" leaves the clerk's model unset (the
+// SDK's default model).
 //
 // The SDK exports its traces to api.openai.com with OPENAI_API_KEY unless tracing is
 // turned off (OPENAI_AGENTS_DISABLE_TRACING=1): every request the program makes to
 // another host than the gateway's is recorded and answered here, never sent
 // (report.mjs's keepHome). The traces are flushed (as the SDK does
 // when the process is about to exit) before the result is reported, with
-// {steps, tolls, foreign} besides report.mjs's fields.
+// {steps, tolls, lastAgent, foreign} besides report.mjs's fields.
 import { keepHome, run as report, settings, toll } from './report.mjs';
 
 const s = settings();
@@ -25,11 +28,16 @@ const { z } = await import('zod');
 if (!s.scenario.startsWith('agent')) throw new Error(`${s.scenario} is not an Agents SDK scenario`);
 if (s.scenario.startsWith('agent-chat')) setOpenAIAPI('chat_completions');
 if (s.scenario.startsWith('agent-ws')) setOpenAIResponsesTransport('websocket');
-const agent = new Agent({
+const clerk = new Agent({
   name: 'Toll clerk',
   instructions: 'Pay the tolls you are asked to pay.',
   tools: [tool({ name: toll.name, description: toll.description, parameters: z.object({ road: z.string() }), execute: toll.pay })],
   ...(s.model === 'default' ? {} : { model: s.model }),
+});
+const agent = !s.scenario.startsWith('agent-handoff') ? clerk : new Agent({
+  name: 'Triage',
+  instructions: 'Hand tolls over to the toll clerk.',
+  handoffs: [clerk],
 });
 
 await report('@openai/agents', s.scenario, async () => {
@@ -53,6 +61,7 @@ await report('@openai/agents', s.scenario, async () => {
     chunks,
     steps: result.rawResponses.length,
     tolls: toll.tolls,
+    lastAgent: result.lastAgent?.name ?? null,
     foreign,
   };
 });

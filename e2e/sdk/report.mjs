@@ -25,7 +25,7 @@
 // Output, whatever happened: {sdk, sdkVersion, node, scenario, ok, status, code,
 // headerCode, usageState, headersReadable (the error gave the response's headers),
 // shouldRetry, retryAfter, attempts, elapsedMs, text, model, usage, chunks, searches,
-// places, containers, seconds, closeCode, closeReason, steps, tolls, foreign, error}.
+// places, containers, seconds, closeCode, closeReason, steps, tolls, lastAgent, foreign, error}.
 // The exit status is 0 when a line was printed.
 import { readFileSync } from 'node:fs';
 
@@ -38,7 +38,7 @@ export function settings() {
     'responses-image2', 'responses-code', 'responses-code-stream', 'responses-code-explicit', 'responses-shell', 'code', 'code-stream', 'code-search',
     'stream-stop', 'responses-stream-stop', 'stream-break', 'stream-abort', 'responses-stream-break', 'responses-stream-abort',
     'tools', 'tools-stream', 'responses-tools', 'responses-tools-stream',
-    'agent', 'agent-stream', 'agent-chat', 'agent-chat-stream', 'agent-ws', 'agent-ws-stream', 'voice',
+    'agent', 'agent-stream', 'agent-chat', 'agent-chat-stream', 'agent-ws', 'agent-ws-stream', 'agent-handoff', 'agent-handoff-stream', 'voice',
     'converse-stream-stop', 'converse-stream-break', 'converse-stream-abort', 'invoke-stream-stop', 'invoke-stream-break', 'invoke-stream-abort',
     'vertex-stream-stop', 'vertex-stream-break', 'vertex-stream-abort'];
   if (!scenarios.includes(scenario)) {
