@@ -229,7 +229,8 @@ func TestLangChainToolLoopThroughTheGateway(t *testing.T) {
 // SDK, LangChain's tracing never takes the member's key away (docs/gateway.md).
 func TestLangChainCreateAgentThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	toolLoopThroughTheGateway(t, "createagent.mjs", func(t *testing.T, dir string, s *stack) {
+	dir := sdkDir(t)
+	fake, s, o := toolLoopThroughTheGateway(t, "createagent.mjs", func(t *testing.T, dir string, s *stack) {
 		o := s.setUpOrg(t)
 		r := runSDK(t, dir, "createagent.mjs", "tools", s.gateway, o.key, model,
 			"LANGSMITH_TRACING=true", "LANGSMITH_API_KEY=lsv2_pt_e2e_own_key")
@@ -245,6 +246,37 @@ func TestLangChainCreateAgentThroughTheGateway(t *testing.T) {
 			}
 		}
 	})
+
+	// The member is blocked now. LangChain's modelRetryMiddleware, which its docs give
+	// agents for failed model calls, retries what LangChain's caller marks retryable: the
+	// usage limit's 429 is not (its message names a spent quota: enforcer/gate's
+	// blockedBody), so the agent ends at once, where before it waited out Retry-After
+	// (hours; runSDK gives up after a minute). With the middleware's default onFailure
+	// ("continue") the failure is the agent's answer; with "error" it is thrown.
+	for _, onFailure := range []string{"continue", "error"} {
+		t.Run("modelRetryMiddleware onFailure "+onFailure+", blocked", func(t *testing.T) {
+			before := len(fake.Calls())
+			refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+			r := runSDK(t, dir, "createagent.mjs", "tools", s.gateway, o.key, model, "LANGCHAIN_MODEL_RETRY="+onFailure)
+			switch onFailure {
+			case "continue":
+				if !r.OK || !strings.Contains(r.Text, "Usage limit exceeded (day)") || r.Steps != 1 || len(r.Tolls) != 0 {
+					t.Errorf("the agent: %+v; want its answer the failed call's 429 message, one step, no toll paid", r)
+				}
+			default:
+				if r.OK || r.Status != 429 || r.HeaderCode == nil || *r.HeaderCode != "service_gateway_usage_limit_exceeded" ||
+					r.UsageState == nil || *r.UsageState != "blocked" {
+					t.Errorf("the agent: %+v; want the 429 with both headers thrown", r)
+				}
+			}
+			if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+				t.Errorf("the gateway refused %v calls, want 1 (not retried)", n)
+			}
+			if n := len(fake.Calls()) - before; n != 0 {
+				t.Errorf("blocked, the provider got %d calls", n)
+			}
+		})
+	}
 }
 
 // toolLoopThroughTheGateway runs script's agent (its tools scenarios: the model given a
@@ -260,8 +292,9 @@ func TestLangChainCreateAgentThroughTheGateway(t *testing.T) {
 // refused with the 429 and both headers, one refusal, the step taken stays charged.
 // The program calls the gateway alone (the requests a script reports it kept from other
 // hosts: none). more, when set, runs on the same stack before the member is blocked
-// (with an organization of its own).
-func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing.T, dir string, s *stack), blockedEnv ...string) {
+// (with an organization of its own). It returns the provider, the stack and the member,
+// blocked.
+func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing.T, dir string, s *stack), blockedEnv ...string) (*fakellm.Server, *stack, org) {
 	t.Helper()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -347,6 +380,7 @@ func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing
 		}
 		s.waitUsed(t, o, charged+1, used+want)
 	})
+	return fake, s, o
 }
 
 // TestOpenAIAgentsSDKThroughTheGateway: OpenAI's Agents SDK (@openai/agents, e2e/sdk's

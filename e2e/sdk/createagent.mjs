@@ -15,7 +15,10 @@
 // tool was run for), and foreign: the requests to any other host than the gateway's,
 // answered here and never sent (report.mjs's keepHome), once LangChain's callbacks (a
 // LangSmith trace, when LANGSMITH_TRACING=true) are done. The graph's recursion limit
-// bounds a model that never stops asking for the tool. See report.mjs for the settings.
+// bounds a model that never stops asking for the tool. LANGCHAIN_MODEL_RETRY, when set,
+// gives the agent LangChain's modelRetryMiddleware with that onFailure ("continue", its
+// default: a model call that failed for good becomes the agent's answer; "error": it is
+// thrown). See report.mjs for the settings.
 import { modelOf, textOf, unwrapped } from './lcmessages.mjs';
 import { keepHome, run, settings, toll } from './report.mjs';
 
@@ -25,7 +28,7 @@ process.env.OPENAI_API_KEY = s.apiKey;
 process.env.ANTHROPIC_BASE_URL = s.baseURL;
 process.env.ANTHROPIC_API_KEY = s.apiKey;
 const foreign = keepHome(s);
-const { AIMessage, createAgent, initChatModel, tool } = await import('langchain');
+const { AIMessage, createAgent, initChatModel, modelRetryMiddleware, tool } = await import('langchain');
 const { z } = await import('zod');
 const { awaitAllCallbacks } = await import('@langchain/core/callbacks/promises');
 
@@ -39,6 +42,7 @@ const agent = createAgent({
   model: s.scenario.startsWith('responses') ? name : await initChatModel(name),
   tools: [tool(async (input) => JSON.stringify(await toll.pay(input)),
     { name: toll.name, description: toll.description, schema: z.object({ road: z.string() }) })],
+  middleware: process.env.LANGCHAIN_MODEL_RETRY ? [modelRetryMiddleware({ onFailure: process.env.LANGCHAIN_MODEL_RETRY })] : [],
 });
 
 await run('langchain', s.scenario, async () => {

@@ -14,8 +14,10 @@ export function modelOf(message) {
 }
 
 // unwrapped gives an error LangChain rethrew report.mjs's names: the SDK's error keeps
-// its status and headers; the 429's body code is in its error.
+// its status and headers; the 429's body code is in its error. An agent's middleware
+// wraps a model call's error (langchain's MiddlewareError): the SDK's is its cause.
 export function unwrapped(e) {
+  if (e && typeof e === 'object' && typeof e.status !== 'number' && typeof e.cause?.status === 'number') return e.cause;
   if (e && typeof e === 'object' && typeof e.status !== 'number' && typeof e.response?.status === 'number') {
     e.status = e.response.status;
     e.headers = e.response.headers;

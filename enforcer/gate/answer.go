@@ -303,6 +303,15 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 // blockedBody renders the body of the 429. Only the hard buckets that are exhausted are
 // listed: they are why the request is refused, and retryAt is the latest of their
 // resets. An exhausted soft bucket does not block and is not listed.
+//
+// The message says what happened in the words clients read a spent quota by: LangChain
+// (@langchain/core's caller, which its agents' modelRetryMiddleware follows) takes a 429
+// whose message says "usage quota" or "will reset at" for an exhausted quota and does
+// not retry it; any other 429 with a Retry-After over a minute it marks retryable, and
+// the middleware then waits out the Retry-After (hours) before it tries again (seen with
+// langchain 1.5.14, the message "...; retry at <time>."; TestLangChainCreateAgentThroughTheGateway).
+// The body is kept per blocked member (BlockedMembers), so it names the reset's time,
+// never a count of seconds from now.
 func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
@@ -325,7 +334,7 @@ func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 	return mustJSON(errorBody{Error: errorObject{
 		Type:    "usage_limit_error",
 		Code:    CodeUsageLimitExceeded,
-		Message: "Usage limit exceeded (" + strings.Join(names, ", ") + "); retry at " + det.RetryAt + ".",
+		Message: "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt + ".",
 		Details: det,
 	}})
 }
