@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -476,18 +477,25 @@ func TestOpenAIAgentsSDKThroughTheGateway(t *testing.T) {
 	big.Store(true)
 	runSDK(t, dir, "agents.mjs", "agent", s.gateway, o.key, "default", env(false)...)
 	s.waitBlocked(t, o)
-	before := len(fake.Calls())
-	refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
-	r := runSDK(t, dir, "agents.mjs", "agent", s.gateway, o.key, "default", env(false)...)
-	if r.OK || r.Status != 429 || r.HeaderCode == nil || *r.HeaderCode != "service_gateway_usage_limit_exceeded" ||
-		r.UsageState == nil || *r.UsageState != "blocked" {
-		t.Errorf("blocked: %+v; want the 429 with both headers", r)
-	}
-	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
-		t.Errorf("the gateway refused %v calls, want 1", n)
-	}
-	if n := len(fake.Calls()) - before; n != 0 {
-		t.Errorf("blocked, the provider got %d calls", n)
+	// Blocked: with the runner's retries off (its default), and on with a policy that
+	// heeds the provider's advice (X-Should-Retry: false vetoes the retry its 429 status
+	// would allow; a policy of the status alone waits out Retry-After, hours: docs).
+	for _, policy := range []string{"", "suggested"} {
+		t.Run("blocked, retry policy "+cmp.Or(policy, "none"), func(t *testing.T) {
+			before := len(fake.Calls())
+			refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+			r := runSDK(t, dir, "agents.mjs", "agent", s.gateway, o.key, "default", append(env(false), "AGENTS_RETRY_POLICY="+policy)...)
+			if r.OK || r.Status != 429 || r.HeaderCode == nil || *r.HeaderCode != "service_gateway_usage_limit_exceeded" ||
+				r.UsageState == nil || *r.UsageState != "blocked" {
+				t.Errorf("blocked: %+v; want the 429 with both headers", r)
+			}
+			if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+				t.Errorf("the gateway refused %v calls, want 1", n)
+			}
+			if n := len(fake.Calls()) - before; n != 0 {
+				t.Errorf("blocked, the provider got %d calls", n)
+			}
+		})
 	}
 }
 

@@ -22,17 +22,27 @@ import { keepHome, run as report, settings, toll } from './report.mjs';
 const s = settings();
 const foreign = keepHome(s);
 // Imported once fetch is wrapped, so that every client the SDK makes uses the wrapper.
-const { Agent, getGlobalTraceProvider, run, setOpenAIAPI, setOpenAIResponsesTransport, tool } = await import('@openai/agents');
+const { Agent, getGlobalTraceProvider, retryPolicies, run, setOpenAIAPI, setOpenAIResponsesTransport, tool } = await import('@openai/agents');
 const { z } = await import('zod');
 
 if (!s.scenario.startsWith('agent')) throw new Error(`${s.scenario} is not an Agents SDK scenario`);
 if (s.scenario.startsWith('agent-chat')) setOpenAIAPI('chat_completions');
 if (s.scenario.startsWith('agent-ws')) setOpenAIResponsesTransport('websocket');
+// AGENTS_RETRY_POLICY, when set, turns on the runner's own retries of model calls (off
+// by default), two at most, with a policy as the SDK's docs compose them: "suggested"
+// any of the provider's advice (X-Should-Retry), a network error and the statuses 429,
+// 500, 502 and 503; "status" the status 429 alone.
+const retryPolicy = {
+  suggested: () => retryPolicies.any(retryPolicies.providerSuggested(), retryPolicies.networkError(), retryPolicies.httpStatus([429, 500, 502, 503])),
+  status: () => retryPolicies.httpStatus([429]),
+}[process.env.AGENTS_RETRY_POLICY ?? ''];
+const modelSettings = retryPolicy ? { modelSettings: { retry: { maxRetries: 2, policy: retryPolicy() } } } : {};
 const clerk = new Agent({
   name: 'Toll clerk',
   instructions: 'Pay the tolls you are asked to pay.',
   tools: [tool({ name: toll.name, description: toll.description, parameters: z.object({ road: z.string() }), execute: toll.pay })],
   ...(s.model === 'default' ? {} : { model: s.model }),
+  ...modelSettings,
 });
 const agent = !s.scenario.startsWith('agent-handoff') ? clerk : new Agent({
   name: 'Triage',
