@@ -387,6 +387,12 @@ func (r sdkResult) wasRefusedFast(t *testing.T) {
 	}
 }
 
+// blocked429 tells whether the call ended in the usage limit's 429 with both headers the
+// specification names (X-Service-Error-Code, X-Service-Usage-State: blocked).
+func (r sdkResult) blocked429() bool {
+	return !r.OK && r.Status == 429 && deref(r.HeaderCode) == "service_gateway_usage_limit_exceeded" && deref(r.UsageState) == "blocked"
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return "<none>"
