@@ -311,10 +311,13 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 // the middleware then waits out the Retry-After (hours) before it tries again (seen with
 // langchain 1.5.14, the message "...; retry at <time>."; TestLangChainCreateAgentThroughTheGateway).
 // The body is kept per blocked member (BlockedMembers), so it names the reset's time,
-// never a count of seconds from now.
+// never a count of seconds from now. Where a listed bucket's policy lets the member ask
+// for more (allowRequestReset), the message says how: a person reading it in an AI
+// tool's error learns the way out, not only the wait.
 func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
+	askable := false
 	for i := range d.Buckets {
 		b := &d.Buckets[i]
 		if !b.Exhausted || !b.HardLimit {
@@ -330,11 +333,16 @@ func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 			HardLimit:         b.HardLimit,
 			AllowRequestReset: b.AllowRequestReset,
 		})
+		askable = askable || b.AllowRequestReset
+	}
+	message := "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt + "."
+	if askable {
+		message += " You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."
 	}
 	return mustJSON(errorBody{Error: errorObject{
 		Type:    "usage_limit_error",
 		Code:    CodeUsageLimitExceeded,
-		Message: "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt + ".",
+		Message: message,
 		Details: det,
 	}})
 }

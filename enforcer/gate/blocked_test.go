@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -32,6 +33,32 @@ func blockedDecision(t testing.TB, now time.Time, usedDay, usedMonth int64) deci
 		t.Fatalf("not blocked: %v", d.Result)
 	}
 	return d
+}
+
+// The 429's message names the exhausted windows and the reset in the words clients read
+// a spent quota by, and says how to ask for more only where a listed window's policy
+// allows it (the day's here does not, the month's does).
+func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	const ask = " You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."
+	for _, c := range []struct {
+		name            string
+		usedDay, usedMo int64
+		want            string
+	}{
+		{"day alone", 150, 10, "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z."},
+		{"month alone", 10, 2000, "Usage limit exceeded (month): the usage quota will reset at 2026-10-01T05:00:00Z." + ask},
+		{"both", 150, 2000, "Usage limit exceeded (day, month): the usage quota will reset at 2026-10-01T05:00:00Z." + ask},
+	} {
+		d := blockedDecision(t, now, c.usedDay, c.usedMo)
+		var body struct{ Error struct{ Message string } }
+		if err := json.Unmarshal(blockedBody(&d, "org_x", "om_a"), &body); err != nil {
+			t.Fatal(err)
+		}
+		if body.Error.Message != c.want {
+			t.Errorf("%s: message %q, want %q", c.name, body.Error.Message, c.want)
+		}
+	}
 }
 
 // The cached body is always the body rendered afresh: reused while nothing it shows

@@ -759,8 +759,10 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 		if details.RetryAt != "2026-09-17T05:00:00Z" || len(details.ExhaustedBuckets) != 1 || details.ExhaustedBuckets[0].Timeframe != "day" {
 			t.Errorf("details %s", body.Error.Details)
 		}
-		// Words clients read a spent quota by, so that they do not retry it (blockedBody).
-		if want := "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z."; body.Error.Message != want {
+		// Words clients read a spent quota by, so that they do not retry it, and the way to
+		// ask for more, which the policies here allow (blockedBody).
+		if want := "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z. " +
+			"You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."; body.Error.Message != want {
 			t.Errorf("message %q, want %q", body.Error.Message, want)
 		}
 	}
