@@ -196,7 +196,7 @@ func TestAISDKLeavingItsStream(t *testing.T) {
 // Blocked between the steps, with maxRetries: 0 the agent's call fails at once.
 func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	toolLoopThroughTheGateway(t, "aisdk.mjs", nil, "AISDK_MAX_RETRIES=0")
+	toolLoopThroughTheGateway(t, "aisdk.mjs", "AISDK_MAX_RETRIES=0")
 }
 
 // TestLangChainToolLoopThroughTheGateway: an agent's loop written with LangChain's chat
@@ -206,7 +206,7 @@ func TestAISDKToolLoopThroughTheGateway(t *testing.T) {
 // limit's 429).
 func TestLangChainToolLoopThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	toolLoopThroughTheGateway(t, "langchain.mjs", nil)
+	toolLoopThroughTheGateway(t, "langchain.mjs")
 }
 
 // TestLangChainCreateAgentThroughTheGateway: an agent made with LangChain's createAgent
@@ -223,9 +223,10 @@ func TestLangChainToolLoopThroughTheGateway(t *testing.T) {
 func TestLangChainCreateAgentThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	dir := sdkDir(t)
-	fake, s, o := toolLoopThroughTheGateway(t, "createagent.mjs", func(t *testing.T, dir string, s *stack) {
-		o := s.setUpOrg(t)
-		r := runSDK(t, dir, "createagent.mjs", "tools", s.gateway, o.key, model,
+	fake, s, o := toolLoopThroughTheGateway(t, "createagent.mjs")
+
+	t.Run("LangSmith's tracing on", func(t *testing.T) {
+		r := runSDK(t, dir, "createagent.mjs", "tools", s.gateway, s.setUpOrg(t).key, model,
 			"LANGSMITH_TRACING=true", "LANGSMITH_API_KEY=lsv2_pt_e2e_own_key")
 		if !r.OK || r.Steps != 2 || !slices.Equal(r.Tolls, []string{"A1"}) {
 			t.Fatalf("the agent's call with tracing on: %+v; want two steps, the toll of A1 paid once", r)
@@ -278,10 +279,9 @@ func TestLangChainCreateAgentThroughTheGateway(t *testing.T) {
 // not race the settlement), the program's environment given blockedEnv: the next step is
 // refused with the 429 and both headers, one refusal, the step taken stays charged.
 // The program calls the gateway alone (the requests a script reports it kept from other
-// hosts: none). more, when set, runs on the same stack before the member is blocked
-// (with an organization of its own). It returns the provider, the stack and the member,
-// blocked.
-func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing.T, dir string, s *stack), blockedEnv ...string) (*fakellm.Server, *stack, org) {
+// hosts: none). It returns the provider (answering as before the blocked step again),
+// the stack and the member, blocked.
+func toolLoopThroughTheGateway(t *testing.T, script string, blockedEnv ...string) (*fakellm.Server, *stack, org) {
 	t.Helper()
 	dir := sdkDir(t)
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -321,12 +321,10 @@ func toolLoopThroughTheGateway(t *testing.T, script string, more func(t *testing
 		})
 	}
 	s.waitUsed(t, o, charged, used)
-	if more != nil {
-		more(t, dir, s)
-	}
 
 	t.Run("blocked between the steps", func(t *testing.T) {
 		big.Store(true)
+		defer big.Store(false)
 		reached, release := make(chan struct{}, 1), make(chan struct{})
 		gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select {

@@ -20,10 +20,6 @@ import (
 // CORS policy that hides the answer).
 func BrowserCalls(t testing.TB, endpoint string, keys ...string) string {
 	t.Helper()
-	var calls []string
-	for _, k := range keys {
-		calls = append(calls, `await call("`+k+`")`)
-	}
 	return pageSees(t, `
 async function call(key) {
   try {
@@ -37,7 +33,7 @@ async function call(key) {
     return "error " + err;
   }
 }
-async function main() { return [`+strings.Join(calls, ", ")+`].join("|"); }`)
+`+mainOverKeys("call", keys))
 }
 
 // pageSees has the real headless Chromium load a page running script, which defines
@@ -104,10 +100,6 @@ func pageSees(t testing.TB, script string) string {
 // status of a refused handshake: 1006), or "timeout".
 func BrowserRealtime(t testing.TB, endpoint string, keys ...string) string {
 	t.Helper()
-	var sessions []string
-	for _, k := range keys {
-		sessions = append(sessions, `await session("`+k+`")`)
-	}
 	return pageSees(t, `
 function session(key) {
   return new Promise((resolve) => {
@@ -123,5 +115,15 @@ function session(key) {
     ws.onclose = (e) => { clearTimeout(timer); resolve(opened ? "open " + (ws.protocol || "-") + " " + done : "closed " + e.code); };
   });
 }
-async function main() { return [`+strings.Join(sessions, ", ")+`].join("|"); }`)
+`+mainOverKeys("session", keys))
+}
+
+// mainOverKeys is a page's main: it awaits the page's function fn for each key in turn
+// and returns their results joined by "|".
+func mainOverKeys(fn string, keys []string) string {
+	calls := make([]string, len(keys))
+	for i, k := range keys {
+		calls[i] = `await ` + fn + `("` + k + `")`
+	}
+	return `async function main() { return [` + strings.Join(calls, ", ") + `].join("|"); }`
 }
