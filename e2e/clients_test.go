@@ -99,6 +99,14 @@ func clientCalls(t *testing.T, s *stack, fake *fakellm.Server, before int, key s
 // provider. It returns the run for the caller to check what the tool showed.
 func blockedRun(t *testing.T, s *stack, o org, fake *fakellm.Server, tool string, run func() clientRun) clientRun {
 	t.Helper()
+	return blockedRunRefused(t, s, o, fake, tool, 1, run)
+}
+
+// blockedRunRefused is blockedRun for a tool that opens more than one connection for a
+// call (Codex's WebSocket: one as its session starts, one for the turn): the gateway
+// must refuse refusals of them, no more.
+func blockedRunRefused(t *testing.T, s *stack, o org, fake *fakellm.Server, tool string, refusals float64, run func() clientRun) clientRun {
+	t.Helper()
 	s.waitBlocked(t, o)
 	before := len(fake.Calls())
 	refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
@@ -106,8 +114,8 @@ func blockedRun(t *testing.T, s *stack, o org, fake *fakellm.Server, tool string
 	if n := len(fake.Calls()) - before; n != 0 {
 		t.Errorf("blocked, the provider got %d calls from %s", n, tool)
 	}
-	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
-		t.Errorf("blocked, the gateway refused %v calls from %s, want 1: it sent the call again", n, tool)
+	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != refusals {
+		t.Errorf("blocked, the gateway refused %v calls from %s, want %v: it sent the call again", n, tool, refusals)
 	}
 	return r
 }
@@ -272,12 +280,14 @@ func codexEvents(out string) (messages, errors []string) {
 // TestCodexThroughTheGateway: OpenAI's Codex CLI (e2e/clients' pinned release, its
 // native binary) with a model provider of its own for the gateway, as docs/gateway.md
 // shows (Codex does not read OPENAI_BASE_URL: `-c model_providers.tollgate={...}` with
-// the gateway's /v1 as base_url, the member's key in the variable env_key names, the
-// Responses API, and stream_max_retries=0), answers `codex exec`: every call it made
-// charged exactly, the member's key never reaching the provider. Once the member's
-// limit is spent it fails at once with the 429, having sent the call once. (Without
-// stream_max_retries=0, Codex 0.171 shows "Reconnecting... 1/5" and waits: no second
-// attempt came within 40 s of a 429 whose Retry-After is hours.)
+// the gateway's /v1 as base_url, the member's key in the variable env_key names, and the
+// Responses API), answers `codex exec`: every call it made charged exactly, the member's
+// key never reaching the provider. Once the member's limit is spent it fails at once
+// with its own usage-limit message and the reset's time, having sent the call once: the
+// refusal's error type, usage_limit_reached, is the one Codex reads as a spent limit.
+// (Before, the type was usage_limit_error, and Codex read the 429 as retryable: without
+// stream_max_retries=0 it showed "Reconnecting... 1/5" and waited out Retry-After, the
+// hours until the window resets.)
 func TestCodexThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -289,7 +299,7 @@ func TestCodexThroughTheGateway(t *testing.T) {
 	want := catalogCost(in, 0, out)
 	env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key}
 	args := []string{"exec", "--skip-git-repo-check", "--json", "-m", model,
-		"-c", `model_providers.tollgate={name="Tollgate",base_url="` + s.gateway + `/v1",env_key="TOLLGATE_API_KEY",wire_api="responses",stream_max_retries=0}`,
+		"-c", `model_providers.tollgate={name="Tollgate",base_url="` + s.gateway + `/v1",env_key="TOLLGATE_API_KEY",wire_api="responses"}`,
 		"-c", "model_provider=tollgate", "How are tolls paid?"}
 	settled, used := 0, int64(0)
 	for i := range 2 {
@@ -304,12 +314,22 @@ func TestCodexThroughTheGateway(t *testing.T) {
 	}
 	s.waitUsed(t, o, settled, used)
 	r := blockedRun(t, s, o, fake, "codex", func() clientRun { return runClient(t, "codex", env, args...) })
-	_, errs := codexEvents(r.stdout)
-	// Codex shows the status, not the body's message.
-	if r.exit == 0 || len(errs) == 0 || !strings.Contains(errs[len(errs)-1], "429 Too Many Requests") {
-		t.Errorf("blocked, codex exec: exit %d, errors %q; want the 429", r.exit, errs)
-	}
+	checkCodexUsageLimit(t, r)
 	s.waitUsed(t, o, settled, used)
+}
+
+// codexUsageLimit is what Codex says of a usage-limit 429 (error type
+// usage_limit_reached, without a ChatGPT plan), followed by the time of resets_at.
+const codexUsageLimit = "hit your usage limit. Try again at "
+
+// checkCodexUsageLimit requires a blocked `codex exec --json` run to have failed with
+// Codex's usage-limit message.
+func checkCodexUsageLimit(t *testing.T, r clientRun) {
+	t.Helper()
+	_, errs := codexEvents(r.stdout)
+	if r.exit == 0 || len(errs) == 0 || !strings.Contains(errs[len(errs)-1], codexUsageLimit) {
+		t.Errorf("blocked, codex exec: exit %d, errors %q; want Codex's usage-limit message", r.exit, errs)
+	}
 }
 
 // chargedReceipts are o's receipts that charged something, in the order they were
@@ -393,6 +413,19 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 			t.Errorf("charged %q, want the warmup's and the turn's %q", got, want)
 		}
 	})
+
+	t.Run("its own OpenAI provider, blocked", func(t *testing.T) {
+		// The first subtest spent 0.75 USD: a limit of 0.50 blocks the member.
+		s.guardPolicy(t, o, "0.5", nil)
+		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "CODEX_API_KEY=" + o.key}
+		// Two handshakes refused: the session's first connection (Codex opens it as the
+		// session starts and goes on when it fails) and the turn's, no call over HTTP.
+		r := blockedRunRefused(t, s, o, fake, "codex", 2, func() clientRun {
+			return runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
+				"-c", `openai_base_url="`+s.gateway+`/v1"`, "How are tolls paid?")
+		})
+		checkCodexUsageLimit(t, r)
+	})
 }
 
 // TestCodexToolLoopOverTheResponsesWebSocket: a Codex turn that runs a command is
@@ -437,6 +470,33 @@ func TestCodexToolLoopOverTheResponsesWebSocket(t *testing.T) {
 	if want := []string{fmt.Sprint(warmup, " true"), fmt.Sprint(turn, " true"), fmt.Sprint(turn, " true")}; !slices.Equal(charged, want) {
 		t.Errorf("charged %q, want the warmup, the function's call and the answer %q", charged, want)
 	}
+
+	// The function's call spends the limit: the gateway closes the session (1008) when
+	// the call's response ends, Codex's next connection is refused 429 at its
+	// handshake, and Codex ends the turn at once with its usage-limit message. (With
+	// the 429 of type usage_limit_error Codex would wait out Retry-After, hours.)
+	t.Run("blocked between the call and the answer", func(t *testing.T) {
+		// A limit the next warmup stays under and the function's call spends.
+		spent := warmup + 2*turn
+		limit := spent + warmup + turn/2
+		s.guardPolicy(t, o, fmt.Sprintf("%d.%06d", limit/1_000_000, limit%1_000_000), nil)
+		before := len(fake.Calls())
+		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+		r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
+			"-c", `openai_base_url="`+s.gateway+`/v1"`, "Pay the toll")
+		checkCodexUsageLimit(t, r)
+		var got []string
+		for _, c := range fake.Calls()[before:] {
+			got = append(got, c.API+" "+string(c.Body))
+		}
+		if want := []string{fakellm.OpenAIResponsesWebSocket + " 2"}; !slices.Equal(got, want) {
+			t.Errorf("the provider got %q, want one session of the warmup and the function's call %q", got, want)
+		}
+		if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused") - refused; n != 1 {
+			t.Errorf("the gateway refused %v handshakes, want Codex's next connection's", n)
+		}
+		s.waitUsed(t, o, 5, spent+warmup+turn)
+	})
 }
 
 // TestGeminiCLIThroughTheGateway: Google's Gemini CLI (e2e/clients' pinned release) with

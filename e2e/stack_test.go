@@ -670,7 +670,7 @@ func (r refusal) parse(t testing.TB, body string) refusal {
 	if err := dec.Decode(&r.body); err != nil {
 		t.Fatalf("429 body: %v\n%s", err, body)
 	}
-	if e := r.body.Error; e.Type != "usage_limit_error" || e.Code != "service_gateway_usage_limit_exceeded" || e.Message == "" {
+	if e := r.body.Error; e.Type != "usage_limit_reached" || e.Code != "service_gateway_usage_limit_exceeded" || e.Message == "" {
 		t.Fatalf("429 body %s", body)
 	}
 	return r

@@ -176,6 +176,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 						ExhaustedBuckets []map[string]any `json:"exhaustedBuckets"`
 						RetryAt          string           `json:"retryAt"`
 					} `json:"details"`
+					ResetsAt int64 `json:"resets_at"`
 				} `json:"error"`
 			}
 			dec := json.NewDecoder(strings.NewReader(d.GetBody()))
@@ -183,8 +184,8 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			if err := dec.Decode(&body); err != nil {
 				t.Fatalf("body %s: %v", d.GetBody(), err)
 			}
-			if body.Error.Type != "usage_limit_error" || body.Error.Code != "service_gateway_usage_limit_exceeded" || body.Error.Message == "" ||
-				body.Error.Details.RetryAt != tc.retryAt {
+			if body.Error.Type != "usage_limit_reached" || body.Error.Code != "service_gateway_usage_limit_exceeded" || body.Error.Message == "" ||
+				body.Error.Details.RetryAt != tc.retryAt || time.Unix(body.Error.ResetsAt, 0).UTC().Format(time.RFC3339) != tc.retryAt {
 				t.Errorf("body %s", d.GetBody())
 			}
 			if len(body.Error.Details.ExhaustedBuckets) != len(tc.exhausted) {

@@ -165,6 +165,9 @@ type errorObject struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Details any    `json:"details"`
+	// ResetsAt is the usage-limit 429's retryAt in Unix seconds, the field OpenAI's
+	// Codex reads beside the type usage_limit_reached (blockedBody); absent elsewhere.
+	ResetsAt int64 `json:"resets_at,omitempty"`
 }
 
 type blockedDetails struct {
@@ -314,6 +317,14 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 // never a count of seconds from now. Where a listed bucket's policy lets the member ask
 // for more (allowRequestReset), the message says how: a person reading it in an AI
 // tool's error learns the way out, not only the wait.
+//
+// The type is usage_limit_reached, with resets_at (retryAt in Unix seconds): the two
+// fields OpenAI's Codex reads a spent limit by. It then ends the turn at once with "You've
+// hit your usage limit. Try again at <time>."; any other 429 it retries, and it waited
+// out the Retry-After (hours) whatever its stream_max_retries said when the refusal met
+// its Responses WebSocket's handshake (seen with Codex 0.171 and the type
+// usage_limit_error; TestCodexOverTheResponsesWebSocket). The guard's refusals, which
+// lift when a request in flight ends, keep types Codex retries.
 func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
@@ -340,9 +351,10 @@ func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 		message += " You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."
 	}
 	return mustJSON(errorBody{Error: errorObject{
-		Type:    "usage_limit_error",
-		Code:    CodeUsageLimitExceeded,
-		Message: message,
-		Details: det,
+		Type:     "usage_limit_reached",
+		Code:     CodeUsageLimitExceeded,
+		Message:  message,
+		Details:  det,
+		ResetsAt: d.RetryAt.Unix(),
 	}})
 }

@@ -724,10 +724,11 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 	}
 	var body struct {
 		Error struct {
-			Type    string          `json:"type"`
-			Code    string          `json:"code"`
-			Message string          `json:"message"`
-			Details json.RawMessage `json:"details"`
+			Type     string          `json:"type"`
+			Code     string          `json:"code"`
+			Message  string          `json:"message"`
+			Details  json.RawMessage `json:"details"`
+			ResetsAt int64           `json:"resets_at"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(a.Body, &body); err != nil || body.Error.Code != w.code || body.Error.Type == "" || body.Error.Message == "" {
@@ -754,7 +755,16 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 			if details.Reason != w.detail {
 				t.Errorf("details %s, want reason %s", body.Error.Details, w.detail)
 			}
+			// The guard's refusals lift when a request in flight ends: not the type
+			// Codex reads as a spent limit (it would not retry).
+			if body.Error.Type == "usage_limit_reached" || body.Error.ResetsAt != 0 {
+				t.Errorf("type %q, resets_at %d; want another type and no reset", body.Error.Type, body.Error.ResetsAt)
+			}
 			return
+		}
+		// The type and field Codex reads a spent limit by (blockedBody).
+		if reset := time.Date(2026, 9, 17, 5, 0, 0, 0, time.UTC).Unix(); body.Error.Type != "usage_limit_reached" || body.Error.ResetsAt != reset {
+			t.Errorf("type %q, resets_at %d; want usage_limit_reached and %d", body.Error.Type, body.Error.ResetsAt, reset)
 		}
 		if details.RetryAt != "2026-09-17T05:00:00Z" || len(details.ExhaustedBuckets) != 1 || details.ExhaustedBuckets[0].Timeframe != "day" {
 			t.Errorf("details %s", body.Error.Details)

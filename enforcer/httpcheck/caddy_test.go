@@ -151,7 +151,7 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 			t.Fatalf("status %d: %s\n%s", res.StatusCode, body, caddyLog)
 		}
 		if res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || res.Header.Get("X-Service-Usage-State") != "blocked" ||
-			res.Header.Get("Retry-After") != "61200" || res.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, `"type":"usage_limit_error"`) {
+			res.Header.Get("Retry-After") != "61200" || res.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, `"type":"usage_limit_reached"`) {
 			t.Fatalf("429 through Caddy: %v %s", res.Header, body)
 		}
 		break

@@ -35,7 +35,7 @@ func TestProxyAndUpstream(t *testing.T) {
 			w.Header().Set("X-Service-Usage-State", "blocked")
 			w.Header().Set("Retry-After", "60")
 			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, `{"error":{"type":"usage_limit_error"}}`)
+			io.WriteString(w, `{"error":{"type":"usage_limit_reached"}}`)
 			return
 		}
 		w.Header().Set("X-Service-Request-Id", "req_1")
@@ -85,7 +85,7 @@ func TestProxyAndUpstream(t *testing.T) {
 	mu.Unlock()
 	res, body = call(`{}`)
 	if res.StatusCode != 429 || res.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" ||
-		res.Header.Get("X-Service-Usage-State") != "blocked" || res.Header.Get("Retry-After") != "60" || !strings.Contains(body, "usage_limit_error") {
+		res.Header.Get("X-Service-Usage-State") != "blocked" || res.Header.Get("Retry-After") != "60" || !strings.Contains(body, "usage_limit_reached") {
 		t.Fatalf("refusal not passed through: %d %v %s", res.StatusCode, res.Header, body)
 	}
 	mu.Lock()
