@@ -501,12 +501,13 @@ func TestCodexToolLoopOverTheResponsesWebSocket(t *testing.T) {
 
 // TestGeminiCLIThroughTheGateway: Google's Gemini CLI (e2e/clients' pinned release) with
 // GOOGLE_GEMINI_BASE_URL at the gateway and the member's key in GEMINI_API_KEY (its
-// settings choosing the API key's sign-in, usage statistics off, and one attempt a
-// request: general.maxAttempts 1), answers `gemini -p`: every call it made charged
-// exactly, the member's key never reaching the provider. Once the member's limit is
-// spent it fails at once with the 429, having sent the call once. (With its default of
-// 10 attempts, 0.61 sent a blocked call 8 times in 2.5 minutes, backing off, each
-// refused at the gateway: seen by hand, not held by a test.)
+// settings choosing the API key's sign-in and usage statistics off; its retries left at
+// their default, 10 attempts), answers `gemini -p`: every call it made charged exactly,
+// the member's key never reaching the provider. Once the member's limit is spent it
+// fails at once with the 429's message, having sent the call once: the message's
+// "Please retry in <n>s." with n over 300 is what the CLI reads as a spent quota. (Before
+// that sentence, 0.61 sent a blocked call 8 times in 2.5 minutes, backing off, unless
+// told general.maxAttempts 1.)
 func TestGeminiCLIThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -538,8 +539,7 @@ func TestGeminiCLIThroughTheGateway(t *testing.T) {
 
 // geminiCLIEnv is the Gemini CLI's environment for member o's calls through s's gateway:
 // GOOGLE_GEMINI_BASE_URL at the gateway, the key in GEMINI_API_KEY, and a HOME whose
-// settings choose the API key's sign-in, one attempt a request (general.maxAttempts 1),
-// usage statistics and telemetry off.
+// settings choose the API key's sign-in, usage statistics and telemetry off.
 func geminiCLIEnv(t *testing.T, s *stack, o org) []string {
 	t.Helper()
 	home := t.TempDir()
@@ -547,7 +547,7 @@ func geminiCLIEnv(t *testing.T, s *stack, o org) []string {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(home, ".gemini", "settings.json"),
-		`{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"maxAttempts":1},`+
+		`{"security":{"auth":{"selectedType":"gemini-api-key"}},`+
 			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
 	return []string{"HOME=" + home, "GOOGLE_GEMINI_BASE_URL=" + s.gateway, "GEMINI_API_KEY=" + o.key,
 		// -p runs headless, which the CLI allows in a folder the user trusts.

@@ -633,6 +633,7 @@ type refusal struct {
 				ExhaustedBuckets []exhaustedBucket `json:"exhaustedBuckets"`
 				RetryAt          string            `json:"retryAt"`
 			} `json:"details"`
+			ResetsAt int64 `json:"resets_at"`
 		} `json:"error"`
 	}
 }
@@ -670,8 +671,19 @@ func (r refusal) parse(t testing.TB, body string) refusal {
 	if err := dec.Decode(&r.body); err != nil {
 		t.Fatalf("429 body: %v\n%s", err, body)
 	}
-	if e := r.body.Error; e.Type != "usage_limit_reached" || e.Code != "service_gateway_usage_limit_exceeded" || e.Message == "" {
+	if e := r.body.Error; e.Type != "usage_limit_reached" || e.Code != "service_gateway_usage_limit_exceeded" || e.Message == "" ||
+		time.Unix(e.ResetsAt, 0).UTC().Format(time.RFC3339) != e.Details.RetryAt {
 		t.Fatalf("429 body %s", body)
+	}
+	// The message's "retry in" counts from the minute the body was rendered in: never
+	// short of Retry-After, at most a minute and the kept block's second (and rounding)
+	// over it.
+	m := regexp.MustCompile(`Please retry in (\d+)s\.`).FindStringSubmatch(r.body.Error.Message)
+	if m == nil {
+		t.Fatalf("429 message %q says no retry in", r.body.Error.Message)
+	}
+	if n, _ := strconv.ParseInt(m[1], 10, 64); n < r.retryAfter || n > r.retryAfter+62 {
+		t.Fatalf("429 message says retry in %ds, Retry-After %d", n, r.retryAfter)
 	}
 	return r
 }

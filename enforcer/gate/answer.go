@@ -3,6 +3,7 @@ package gate
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -303,6 +304,10 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 			Details: map[string]string{"method": method}}})}, true
 }
 
+// renderMinute is the start of the minute of now: a blocked body counts its "retry in"
+// from there, so that bodies rendered in the same minute are the same bytes.
+func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
+
 // blockedBody renders the body of the 429. Only the hard buckets that are exhausted are
 // listed: they are why the request is refused, and retryAt is the latest of their
 // resets. An exhausted soft bucket does not block and is not listed.
@@ -313,9 +318,15 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 // not retry it; any other 429 with a Retry-After over a minute it marks retryable, and
 // the middleware then waits out the Retry-After (hours) before it tries again (seen with
 // langchain 1.5.14, the message "...; retry at <time>."; TestLangChainCreateAgentThroughTheGateway).
-// The body is kept per blocked member (BlockedMembers), so it names the reset's time,
-// never a count of seconds from now. Where a listed bucket's policy lets the member ask
-// for more (allowRequestReset), the message says how: a person reading it in an AI
+// It then says "Please retry in <n>s.", n the seconds from the start of the minute now
+// is in until retryAt: Google's Gemini CLI reads a 429 as a spent quota (not retried)
+// only by that sentence with n over 300 (or by Google's own error details, which this
+// body does not have); any other 429 it sent again up to 10 times, backing off, over
+// 2.5 minutes (seen with 0.61; TestGeminiCLIThroughTheGateway). In the last 5 minutes
+// it waits the n seconds and tries again, after the reset. The body is kept per blocked
+// member (BlockedMembers) and rendered again each minute: n is never short, and at most
+// a minute (and the kept decision's TTL) long. Where a listed bucket's policy lets the
+// member ask for more (allowRequestReset), the message says how: a person reading it in an AI
 // tool's error learns the way out, not only the wait.
 //
 // The type is usage_limit_reached, with resets_at (retryAt in Unix seconds): the two
@@ -325,7 +336,7 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 // its Responses WebSocket's handshake (seen with Codex 0.171 and the type
 // usage_limit_error; TestCodexOverTheResponsesWebSocket). The guard's refusals, which
 // lift when a request in flight ends, keep types Codex retries.
-func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
+func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time) []byte {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
 	askable := false
@@ -346,7 +357,9 @@ func blockedBody(d *decision.Decision, orgID, memberID string) []byte {
 		})
 		askable = askable || b.AllowRequestReset
 	}
-	message := "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt + "."
+	retryIn := decision.SecondsUntil(d.RetryAt, renderMinute(now))
+	message := "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt +
+		". Please retry in " + strconv.FormatInt(retryIn, 10) + "s."
 	if askable {
 		message += " You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."
 	}

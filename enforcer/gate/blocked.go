@@ -16,8 +16,9 @@ import (
 // rendered from), and for a short while the blocked decision itself.
 //
 // Bodies: a blocked member is usually refused many times with the same record in the
-// same windows; the body is then the same bytes, so it is rendered once instead of per
-// check. Only Retry-After moves with the clock, and it is not part of the body.
+// same windows; the body is then the same bytes, so it is rendered once a minute instead
+// of per check. Retry-After moves with the clock and is not part of the body; the
+// message's "retry in" counts from the minute the body was rendered in (blockedBody).
 //
 // Decisions: once a member is refused because a hard bucket is exhausted, later checks
 // of that member are refused from memory, without reading the record, until the
@@ -69,6 +70,8 @@ type blockedEntry struct {
 type blockedKey struct {
 	org     string
 	retryAt int64
+	// minute is the minute the body was rendered in (its "retry in" counts from it).
+	minute  int64
 	buckets [3]blockedBucketKey
 }
 
@@ -97,8 +100,8 @@ func newBlockedMembers(maxEntries int, ttl time.Duration, m *metrics.Metrics) *B
 	return c
 }
 
-func keyOf(d *decision.Decision, orgID string) blockedKey {
-	k := blockedKey{org: orgID, retryAt: d.RetryAt.UnixNano()}
+func keyOf(d *decision.Decision, orgID string, now time.Time) blockedKey {
+	k := blockedKey{org: orgID, retryAt: d.RetryAt.UnixNano(), minute: renderMinute(now).Unix()}
 	for i := range d.Buckets {
 		b := &d.Buckets[i]
 		if !b.Exhausted || !b.HardLimit {
@@ -170,7 +173,7 @@ func (c *BlockedMembers) before(gen string, genOK bool) keep {
 // body returns the 429 body of a blocked decision, rendered only when it differs from
 // the member's last one, and keeps the decision (decided at now) when k allows.
 func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now time.Time, k keep) []byte {
-	key := keyOf(d, orgID)
+	key := keyOf(d, orgID, now)
 	e := c.get(memberID)
 	if e != nil && e.key == key && !k.ok {
 		return e.body
@@ -179,7 +182,7 @@ func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now 
 	if e != nil && e.key == key {
 		next.body = e.body
 	} else {
-		next.body = blockedBody(d, orgID, memberID)
+		next.body = blockedBody(d, orgID, memberID, now)
 	}
 	if k.ok {
 		next.gen = k.gen

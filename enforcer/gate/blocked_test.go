@@ -3,6 +3,8 @@ package gate
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -46,18 +48,58 @@ func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
 		usedDay, usedMo int64
 		want            string
 	}{
-		{"day alone", 150, 10, "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z."},
-		{"month alone", 10, 2000, "Usage limit exceeded (month): the usage quota will reset at 2026-10-01T05:00:00Z." + ask},
-		{"both", 150, 2000, "Usage limit exceeded (day, month): the usage quota will reset at 2026-10-01T05:00:00Z." + ask},
+		{"day alone", 150, 10, "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z. Please retry in 61200s."},
+		{"month alone", 10, 2000, "Usage limit exceeded (month): the usage quota will reset at 2026-10-01T05:00:00Z. Please retry in 1270800s." + ask},
+		{"both", 150, 2000, "Usage limit exceeded (day, month): the usage quota will reset at 2026-10-01T05:00:00Z. Please retry in 1270800s." + ask},
 	} {
 		d := blockedDecision(t, now, c.usedDay, c.usedMo)
 		var body struct{ Error struct{ Message string } }
-		if err := json.Unmarshal(blockedBody(&d, "org_x", "om_a"), &body); err != nil {
+		if err := json.Unmarshal(blockedBody(&d, "org_x", "om_a", now), &body); err != nil {
 			t.Fatal(err)
 		}
 		if body.Error.Message != c.want {
 			t.Errorf("%s: message %q, want %q", c.name, body.Error.Message, c.want)
 		}
+	}
+}
+
+// The message's "retry in" counts from the start of the minute the body is rendered in:
+// the same bytes through the minute (kept, not rendered per check), never short of the
+// Retry-After at any instant of it, and rendered again, a minute less, in the next one.
+func TestBlockedBodyRetryInMovesEachMinute(t *testing.T) {
+	c := newBlockedMembers(10, 0, metrics.Discard())
+	start := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	d := blockedDecision(t, start, 150, 10)
+	retryIn := func(b []byte) int64 {
+		t.Helper()
+		var body struct{ Error struct{ Message string } }
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`Please retry in (\d+)s\.`).FindStringSubmatch(body.Error.Message)
+		if m == nil {
+			t.Fatalf("message %q says no retry in", body.Error.Message)
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	first := c.body(&d, "org_x", "om_a", start.Add(10*time.Second), keep{})
+	if n := retryIn(first); n != 61200 {
+		t.Errorf("retry in %ds, want 61200 (12:00 to 05:00)", n)
+	}
+	for _, at := range []time.Duration{0, 30 * time.Second, 59*time.Second + 999*time.Millisecond} {
+		now := start.Add(at)
+		b := c.body(&d, "org_x", "om_a", now, keep{})
+		if &b[0] != &first[0] {
+			t.Errorf("at 12:00 + %s: rendered again within the minute", at)
+		}
+		if n, wait := retryIn(b), decision.SecondsUntil(d.RetryAt, now); n < wait {
+			t.Errorf("at 12:00 + %s: retry in %ds, short of Retry-After %ds", at, n, wait)
+		}
+	}
+	next := c.body(&d, "org_x", "om_a", start.Add(time.Minute), keep{})
+	if n := retryIn(next); n != 61140 {
+		t.Errorf("next minute: retry in %ds, want 61140", n)
 	}
 }
 
@@ -68,7 +110,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	first := blockedDecision(t, now, 150, 10)
 	b1 := c.body(&first, "org_x", "om_a", now, keep{})
-	if !bytes.Equal(b1, blockedBody(&first, "org_x", "om_a")) {
+	if !bytes.Equal(b1, blockedBody(&first, "org_x", "om_a", now)) {
 		t.Fatal("cached body differs from the rendered one")
 	}
 	again := blockedDecision(t, now.Add(time.Minute), 150, 10)
@@ -82,7 +124,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 		"month alone, day fresh": blockedDecision(t, now, 10, 2000),
 	} {
 		got := c.body(&d, "org_x", "om_a", now, keep{})
-		if want := blockedBody(&d, "org_x", "om_a"); !bytes.Equal(got, want) {
+		if want := blockedBody(&d, "org_x", "om_a", now); !bytes.Equal(got, want) {
 			t.Errorf("%s: body %s, want %s", name, got, want)
 		}
 		if bytes.Equal(got, b1) {
