@@ -29,30 +29,15 @@ type clientRun struct {
 	took           time.Duration
 }
 
-// runClient runs e2e/clients' tool (claude, codex, gemini) with args in a scratch working
-// directory, with only PATH and env in its environment (a HOME of its own among them)
-// and nothing on its standard input. A run that hangs is killed after two minutes.
+// runClient runs e2e/clients' tool (claude, codex, gemini, opencode) with args in a
+// scratch working directory, with only PATH and env in its environment (a HOME of its
+// own among them) and nothing on its standard input. A run that hangs is killed after
+// two minutes.
 func runClient(t *testing.T, tool string, env []string, args ...string) clientRun {
 	t.Helper()
-	bin := filepath.Join(npmDir(t, "clients"), "node_modules", ".bin", tool)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	// Its own process group, killed whole: codex is a Node wrapper around the native
-	// binary, which would outlive the wrapper and hold the output pipes.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Dir = t.TempDir()
-	// The Node.js of e2e/sdk's lock (22) first: Debian 12's is 18, and the Gemini CLI
-	// needs 20 or later.
-	path := os.Getenv("PATH")
-	if node := sdkNode(sdkDir(t)); filepath.IsAbs(node) {
-		path = filepath.Dir(node) + string(os.PathListSeparator) + path
-	}
-	cmd.Env = append([]string{"PATH=" + path}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd, stdout, stderr := clientCommand(ctx, t, tool, env, args...)
 	start := time.Now()
 	err := cmd.Run()
 	r := clientRun{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
@@ -66,6 +51,30 @@ func runClient(t *testing.T, tool string, env []string, args ...string) clientRu
 	}
 	t.Logf("%s (%s, exit %d): %s", tool, r.took.Round(time.Millisecond), r.exit, strings.TrimSpace(r.stdout))
 	return r
+}
+
+// clientCommand is the command runClient runs (killed whole when ctx ends), with the
+// buffers its output goes to.
+func clientCommand(ctx context.Context, t *testing.T, tool string, env []string, args ...string) (cmd *exec.Cmd, stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	bin := filepath.Join(npmDir(t, "clients"), "node_modules", ".bin", tool)
+	cmd = exec.CommandContext(ctx, bin, args...)
+	// Its own process group, killed whole: codex is a Node wrapper around the native
+	// binary, which would outlive the wrapper and hold the output pipes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Dir = t.TempDir()
+	// The Node.js of e2e/sdk's lock (22) first: Debian 12's is 18, and the Gemini CLI
+	// needs 20 or later.
+	path := os.Getenv("PATH")
+	if node := sdkNode(sdkDir(t)); filepath.IsAbs(node) {
+		path = filepath.Dir(node) + string(os.PathListSeparator) + path
+	}
+	cmd.Env = append([]string{"PATH=" + path}, env...)
+	stdout, stderr = new(bytes.Buffer), new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	return cmd, stdout, stderr
 }
 
 // clientCalls waits for the receipts of the provider calls since before and requires
@@ -583,4 +592,110 @@ func jsonTail(out string) string {
 		return out[i+1:]
 	}
 	return out
+}
+
+// openCodeSmallModel is the model OpenCode 1.18 names a session's title with when its
+// OpenAI provider is used (its "small model"): a call of its own at every new session.
+const openCodeSmallModel = "gpt-5.4-nano"
+
+// TestOpenCodeThroughTheGateway: OpenCode (opencode-ai, e2e/clients' pin, its native
+// binary) with its built-in OpenAI provider pointed at the gateway in its config
+// (provider.openai.options: baseURL the gateway's /v1, apiKey the member's key read from
+// an environment variable), as docs/gateway.md shows, answers `opencode run`: two calls
+// at the provider, both on the Responses API (the session's title on OpenCode's small
+// model, and the answer on the model asked for), each charged exactly at its model's
+// price, the member's key never upstream. Blocked, OpenCode waits out Retry-After before
+// it sends the answer's call again (it retries any 429 after the delay Retry-After
+// names, at most 24.8 days, and shows the refusal's message meanwhile): the answer's
+// call is refused once and not sent again while the test waits, and the title's call
+// three times (the AI SDK's own retries within OpenCode, 2 and 4 s apart); none reaches
+// the provider. The run waits for the reset, so the test ends it.
+func TestOpenCodeThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const in, out = 10_000, 2_000
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	env := openCodeEnv(t, s, o)
+	args := []string{"run", "--print-logs", "-m", "openai/" + model, "How are tolls paid?"}
+
+	r := runClient(t, "opencode", env, args...)
+	if r.exit != 0 || !strings.Contains(r.stdout, fakellm.Text) {
+		t.Fatalf("opencode run: exit %d\nstdout: %s\nstderr: %s", r.exit, r.stdout, r.stderr)
+	}
+	calls := fake.Calls()
+	checkOnlyTheProviderCredential(t, calls, o.key)
+	price := map[string]int64{model: catalogCost(in, 0, out), openCodeSmallModel: catalogCostOf(t, openCodeSmallModel, in, out)}
+	var got []string
+	used := int64(0)
+	for _, c := range calls {
+		got = append(got, c.API+" "+c.Model)
+		rec := waitReceipt(t, s, c.Header.Get("X-Service-Request-Id"))
+		if want := price[c.Model]; rec.cost() != want || rec["complete"] != true {
+			t.Errorf("%s %s: receipt %s, want %d, complete", c.API, c.Model, rec, want)
+		}
+		used += rec.cost()
+	}
+	slices.Sort(got)
+	if want := []string{fakellm.OpenAIResponses + " " + model, fakellm.OpenAIResponses + " " + openCodeSmallModel}; !slices.Equal(got, want) {
+		t.Fatalf("the provider got %q, want the title's and the answer's calls %q", got, want)
+	}
+	s.waitUsed(t, o, len(calls), used)
+
+	t.Run("blocked", func(t *testing.T) {
+		s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+		s.waitBlocked(t, o)
+		before := len(fake.Calls())
+		refused := func() float64 {
+			return s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
+		}
+		start := refused()
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd, _, stderr := clientCommand(ctx, t, "opencode", env, args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		waitFor(t, 60*time.Second, "the answer's call and the title's three attempts refused", func() bool { return refused()-start >= 4 })
+		// Its wait: no other attempt while the test waits (the title's last retry came
+		// 4 s after the one before).
+		time.Sleep(8 * time.Second)
+		n := refused() - start
+		select {
+		case err := <-exited:
+			t.Fatalf("opencode run ended (%v) while its answer's call was refused; want it waiting for the reset\nstderr: %s", err, stderr)
+		default:
+		}
+		cancel()
+		<-exited
+		if n != 4 {
+			t.Errorf("the gateway refused %v calls, want the answer's once and the title's three times", n)
+		}
+		if n := len(fake.Calls()) - before; n != 0 {
+			t.Errorf("blocked, the provider got %d calls", n)
+		}
+		if !strings.Contains(stderr.String(), "Usage limit exceeded (day)") {
+			t.Errorf("opencode's log does not show the refusal's message:\n%s", stderr)
+		}
+	})
+}
+
+// openCodeEnv is OpenCode's environment for member o's calls through s's gateway: a
+// HOME whose global config (~/.config/opencode/opencode.json) points OpenCode's OpenAI
+// provider at the gateway with the member's key from TOLLGATE_API_KEY, sharing and
+// updates off, and no fetch of the models.dev catalog (no network here: OpenCode falls
+// back to the catalog it ships, after a timeout).
+func openCodeEnv(t *testing.T, s *stack, o org) []string {
+	t.Helper()
+	home := t.TempDir()
+	dir := filepath.Join(home, ".config", "opencode")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "opencode.json"), `{"$schema": "https://opencode.ai/config.json",
+  "autoupdate": false, "share": "disabled",
+  "provider": {"openai": {"options": {"baseURL": "`+s.gateway+`/v1", "apiKey": "{env:TOLLGATE_API_KEY}"}}}}`)
+	return []string{"HOME=" + home, "TOLLGATE_API_KEY=" + o.key, "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1"}
 }
