@@ -2,9 +2,11 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +133,35 @@ type resetRequest struct {
 	UsedMicroUsd                              int64
 }
 
+// askAsTheMessageSays asks for more as a blocked member's 429 message says, as a member
+// reading it in an AI tool's error would: POST to the URL it names, with key (the API key
+// the request was refused for, and no organization header) and the body it gives for the
+// day, "<why>" replaced by reason.
+func askAsTheMessageSays(t *testing.T, r refusal, key, reason string) resetRequest {
+	t.Helper()
+	m := regexp.MustCompile(`You may ask for more: POST (\S+) with your API key and (\{"bucketId":"[0-9a-f]+","reason":"<why>"\}) for the day\.`).
+		FindStringSubmatch(r.body.Error.Message)
+	if m == nil {
+		t.Fatalf("the 429's message %q does not say how to ask for more", r.body.Error.Message)
+	}
+	req, err := http.NewRequest("POST", m[1], strings.NewReader(strings.Replace(m[2], "<why>", reason, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-api-key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var asked resetRequest
+	if err := json.NewDecoder(res.Body).Decode(&asked); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d (%v)", m[1], res.StatusCode, err)
+	}
+	return asked
+}
+
 // TestDayLimitBlocksAndExtensionAdmits is issue 7's "Done when": REST sets up an
 // organization, a 1 USD hard day limit and an API key; ext_authz admits; ext_proc
 // reports responses whose cost passes 1 USD; the next check is the 429; an approved
@@ -223,10 +254,9 @@ func dayLimitBlocksAndExtensionAdmits(t *testing.T, s *stack) {
 	}
 	viaHTTP.parse(t, body).agreesWith(t, st)
 
-	// The member asks for an extension of the exhausted bucket.
-	var asked resetRequest
-	s.must(t, 200, "POST", "/v1/gateway/usage-limit-reset-requests", o.member.token, o.id,
-		map[string]string{"bucketId": bucketID, "reason": "finishing the e2e run"}, &asked)
+	// The member asks for an extension of the exhausted bucket, as the 429's message
+	// says: its URL, the member's API key and the body it gives, the reason filled in.
+	asked := askAsTheMessageSays(t, refused, o.key, "finishing the e2e run")
 	if asked.ID == "" || asked.Status != "pending" || asked.BucketID != bucketID || asked.Timeframe != "day" || asked.PolicyID != o.policyID ||
 		asked.BaseAllowanceMicroUsd != 1*usd || asked.ExtensionMicroUsd != 250_000 || asked.UsedMicroUsd != used {
 		t.Fatalf("extension request %+v", asked)

@@ -250,6 +250,8 @@ func (s *stack) startEnforcer(t testing.TB, env ...map[string]string) *enforcer 
 		// And a check's whole wait when its caller sends no deadline (HTTP /check, the
 		// gateway; default 800ms, tested in enforcer/gate and enforcer/app).
 		"TOLLGATE_ENFORCER_CHECK_TIMEOUT": "5s",
+		// The usage-limit 429 names where a member asks for more under it.
+		"TOLLGATE_ENFORCER_MEMBER_API_URL": s.rest,
 	}
 	maps.Copy(vars, s.redisEnv())
 	for _, m := range env {

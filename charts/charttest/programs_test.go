@@ -202,6 +202,10 @@ func TestChartRefusesWhatTheProgramsRefuse(t *testing.T) {
 		{"enforcer", "enforcer.settleCapacity", "TOLLGATE_ENFORCER_SETTLE_CAPACITY", sidecar, []string{"4095", "4096"}},
 		// The member capacity: at least 1000 (a smaller one sends most checks back to the control plane).
 		{"enforcer", "enforcer.memberCapacity", "TOLLGATE_ENFORCER_MEMBER_CAPACITY", nil, []string{"999", "1000", "20000"}},
+		// Where a blocked member asks for more: the 429 appends the route to it.
+		{"enforcer", "enforcer.memberApiUrl", "TOLLGATE_ENFORCER_MEMBER_API_URL", nil, []string{"https://tollgate.example.com",
+			"http://10.0.0.7:8080/tollgate/", "tollgate.example.com", "ftp://tollgate.example.com", "https://tollgate.example.com?org=1",
+			"https://admin@tollgate.example.com", "https://", "https://tollgate.example.com/#members"}},
 	} {
 		for _, v := range tc.values {
 			args := append(slices.Clone(tc.args), "--set", tc.value+"="+v)

@@ -95,10 +95,10 @@ func TestNotesSayTheEnforcersMemory(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, `Enforcer memory at most (docs/enforcer.md, "Memory"): about 224 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB): 32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member), 152 MiB for enforcer.settleCapacity 100000.`},
+		{nil, `Enforcer memory at most (docs/enforcer.md, "Memory"): about 226 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB): 32 MiB, 42 MiB for enforcer.memberCapacity 10000 (4420 bytes a member), 152 MiB for enforcer.settleCapacity 100000.`},
 		{[]string{"--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits.memory=512Mi"},
-			"about 349 MiB of the 409 MiB it may use (80% of enforcer.resources.limits.memory 512Mi): 32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member), 152 MiB for enforcer.settleCapacity 100000, 125 MiB for 2000 gateway streams."},
-		{[]string{"--set", "enforcer.settleCapacity=null"}, "about 72 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB).\n  Its settle capacity is not counted"},
+			"about 351 MiB of the 409 MiB it may use (80% of enforcer.resources.limits.memory 512Mi): 32 MiB, 42 MiB for enforcer.memberCapacity 10000 (4420 bytes a member), 152 MiB for enforcer.settleCapacity 100000, 125 MiB for 2000 gateway streams."},
+		{[]string{"--set", "enforcer.settleCapacity=null"}, "about 74 MiB of the 384 MiB it may use (enforcer.goRuntime.memoryLimit 384MiB).\n  Its settle capacity is not counted"},
 	} {
 		if got := notes(c.args...); !strings.Contains(got, c.want) {
 			t.Errorf("%v: the notes do not say %q:\n%s", c.args, c.want, got)

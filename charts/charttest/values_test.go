@@ -113,20 +113,20 @@ func TestValuesRejected(t *testing.T) {
 		{"gateway body timeout without unit", append(gw, "--set-string", "enforcer.gateway.bodyTimeout=60"), "/enforcer/gateway/bodyTimeout"},
 		{"gateway body limit as text", append(gw, "--set-string", "enforcer.gateway.maxBodyBytes=16MiB"), "/enforcer/gateway/maxBodyBytes"},
 		{"gateway without streams", append(gw, "--set", "enforcer.gateway.maxStreams=0"), "/enforcer/gateway/maxStreams"},
-		// The stream bound against the enforcer's memory (32 MiB, 4220 bytes a member of
+		// The stream bound against the enforcer's memory (32 MiB, 4420 bytes a member of
 		// the member capacity, 1600 bytes a settlement of the settle capacity, 64 KiB a stream).
 		{"gateway streams beyond GOMEMLIMIT", append(gw, "--set", "enforcer.gateway.maxStreams=10000"),
-			"enforcer.gateway.maxStreams 10000 needs about 849 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 2546 or fewer"},
+			"enforcer.gateway.maxStreams 10000 needs about 851 MiB of the enforcer's memory (32 MiB, 42 MiB for enforcer.memberCapacity 10000 (4420 bytes a member); 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 2516 or fewer"},
 		// The default bound does not fit at 96 KiB a stream (an HTTPS upstream that speaks
 		// only HTTP/1.1, or one that compresses its streams anyway).
 		{"gateway streams at a larger budget a stream", append(gw, "--set", "enforcer.gateway.memoryPerStream=96Ki"),
-			"enforcer.gateway.maxStreams 2000 needs about 412 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 96 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 1697 or fewer"},
+			"enforcer.gateway.maxStreams 2000 needs about 414 MiB of the enforcer's memory (32 MiB, 42 MiB for enforcer.memberCapacity 10000 (4420 bytes a member); 152 MiB for enforcer.settleCapacity 100000, 1600 bytes a settlement: docs/enforcer.md, \"Memory\"; 96 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 1677 or fewer"},
 		{"gateway budget a stream in words", append(gw, "--set-string", "enforcer.gateway.memoryPerStream=a lot"), "/enforcer/gateway/memoryPerStream"},
 		{"gateway streams beyond the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=20000", "--set", "enforcer.resources.limits.memory=1Gi"),
-			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 9509 or fewer"},
+			"over 80% of enforcer.resources.limits.memory 1Gi: lower maxStreams to 9479 or fewer"},
 		{"gateway streams beyond a decimal container limit", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M",
 			"--set", "enforcer.settleCapacity=10000"),
-			"over 80% of enforcer.resources.limits.memory 200M: lower maxStreams to 1041 or fewer"},
+			"over 80% of enforcer.resources.limits.memory 200M: lower maxStreams to 1010 or fewer"},
 		// Where the settle capacity alone fills the memory, no bound on the streams fits:
 		// the message names the capacity instead of "0 or fewer" streams.
 		{"no room for a stream beside the settle capacity", append(gw, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.gateway.maxStreams=3000", "--set", "enforcer.resources.limits.memory=200M"),
@@ -136,26 +136,26 @@ func TestValuesRejected(t *testing.T) {
 		// within a GOMEMLIMIT of 190MiB but past 80% of 200Mi (160 MiB).
 		{"gateway streams within GOMEMLIMIT, beyond 80% of the container's memory", append(gw, "--set", "enforcer.goRuntime.memoryLimit=190MiB", "--set", "enforcer.resources.limits.memory=200Mi",
 			"--set", "enforcer.gateway.maxStreams=2200", "--set", "enforcer.settleCapacity=10000"),
-			"over 80% of enforcer.resources.limits.memory 200Mi: lower maxStreams to 1159 or fewer"},
+			"over 80% of enforcer.resources.limits.memory 200Mi: lower maxStreams to 1129 or fewer"},
 		// The settle capacity against the enforcer's memory, gateway or not: a control
 		// plane that stops answering leaves that many settlements waiting in memory.
 		{"settle capacity beyond GOMEMLIMIT", append(ok, "--set", "enforcer.settleCapacity=500000"),
-			"enforcer.settleCapacity 500000 needs about 835 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: lower it to 204311 or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it"},
+			"enforcer.settleCapacity 500000 needs about 837 MiB of the enforcer's memory (32 MiB, 42 MiB for enforcer.memberCapacity 10000 (4420 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: lower it to 203061 or fewer, or raise enforcer.goRuntime.memoryLimit and enforcer.resources.limits.memory with it"},
 		// Fail-open, each settlement carries its own snapshot: the default gateway does not fit.
 		{"gateway streams fail-open", append(gw, "--set", "enforcer.failureMode=open"),
-			"enforcer.gateway.maxStreams 2000 needs about 473 MiB of the enforcer's memory (32 MiB, 40 MiB for enforcer.memberCapacity 10000 (4220 bytes a member); 276 MiB for enforcer.settleCapacity 100000, 2900 bytes a settlement fail-open: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 563 or fewer"},
+			"enforcer.gateway.maxStreams 2000 needs about 475 MiB of the enforcer's memory (32 MiB, 42 MiB for enforcer.memberCapacity 10000 (4420 bytes a member); 276 MiB for enforcer.settleCapacity 100000, 2900 bytes a settlement fail-open: docs/enforcer.md, \"Memory\"; 64 KiB a stream, enforcer.gateway.memoryPerStream: docs/gateway.md, \"Memory per stream\"), over enforcer.goRuntime.memoryLimit 384MiB: lower maxStreams to 532 or fewer"},
 		{"settle capacity of extraEnv beyond GOMEMLIMIT, in sidecar mode", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=400000"),
-			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=400000 of enforcer.extraEnv needs about 682 MiB of the enforcer's memory"},
+			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=400000 of enforcer.extraEnv needs about 684 MiB of the enforcer's memory"},
 		{"settle capacity of extraEnv in words", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=lots"),
 			"TOLLGATE_ENFORCER_SETTLE_CAPACITY=lots of enforcer.extraEnv: TOLLGATE_ENFORCER_SETTLE_CAPACITY must be a positive whole number"},
 		// The member capacity against the enforcer's memory: its caches fill as members come.
 		{"member capacity beyond GOMEMLIMIT", append(ok, "--set", "enforcer.memberCapacity=100000"),
-			"enforcer.settleCapacity 100000 needs about 587 MiB of the enforcer's memory (32 MiB, 402 MiB for enforcer.memberCapacity 100000 (4220 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: enforcer.memberCapacity 100000 leaves no room for settlements: lower it"},
+			"enforcer.settleCapacity 100000 needs about 606 MiB of the enforcer's memory (32 MiB, 421 MiB for enforcer.memberCapacity 100000 (4420 bytes a member); 1600 bytes a settlement: docs/enforcer.md, \"Memory\"), over enforcer.goRuntime.memoryLimit 384MiB: enforcer.memberCapacity 100000 leaves no room for settlements: lower it"},
 		{"member capacity of extraEnv beyond GOMEMLIMIT", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_MEMBER_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=50000"),
-			"201 MiB for TOLLGATE_ENFORCER_MEMBER_CAPACITY=50000 of enforcer.extraEnv (4220 bytes a member)"},
+			"210 MiB for TOLLGATE_ENFORCER_MEMBER_CAPACITY=50000 of enforcer.extraEnv (4420 bytes a member)"},
 		// Values reused from a release before settleCapacity, with a member capacity set.
 		{"member capacity alone beyond GOMEMLIMIT", append(ok, "--set", "enforcer.settleCapacity=null", "--set", "enforcer.memberCapacity=100000"),
-			"enforcer.memberCapacity 100000 needs about 434 MiB of the enforcer's memory (32 MiB, 402 MiB for enforcer.memberCapacity 100000 (4220 bytes a member)), over enforcer.goRuntime.memoryLimit 384MiB: lower it"},
+			"enforcer.memberCapacity 100000 needs about 453 MiB of the enforcer's memory (32 MiB, 421 MiB for enforcer.memberCapacity 100000 (4420 bytes a member)), over enforcer.goRuntime.memoryLimit 384MiB: lower it"},
 		{"member capacity of extraEnv in words", append(ok, "--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_MEMBER_CAPACITY", "--set-string", "enforcer.extraEnv[0].value=lots"),
 			"TOLLGATE_ENFORCER_MEMBER_CAPACITY=lots of enforcer.extraEnv: TOLLGATE_ENFORCER_MEMBER_CAPACITY must be a positive whole number"},
 		{"member capacity as text", append(ok, "--set-string", "enforcer.memberCapacity=many"), "/enforcer/memberCapacity"},
@@ -329,11 +329,11 @@ func TestValuesAccepted(t *testing.T) {
 		{"gateway with 10000 streams and the memory for them", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.maxStreams=10000", "--set", "enforcer.goRuntime.memoryLimit=900MiB", "--set", "enforcer.resources.limits.memory=1150Mi"}},
 		{"gateway streams at the edge of GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
-			"--set", "enforcer.gateway.maxStreams=2546"}},
+			"--set", "enforcer.gateway.maxStreams=2516"}},
 		{"gateway streams at a larger budget, within GOMEMLIMIT", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://llm.internal",
-			"--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=1697"}},
+			"--set", "enforcer.gateway.memoryPerStream=96Ki", "--set", "enforcer.gateway.maxStreams=1677"}},
 		{"a member capacity raised with the memory", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.memberCapacity=100000",
-			"--set", "enforcer.goRuntime.memoryLimit=600MiB", "--set", "enforcer.resources.limits.memory=750Mi"}},
+			"--set", "enforcer.goRuntime.memoryLimit=640MiB", "--set", "enforcer.resources.limits.memory=800Mi"}},
 		{"gateway streams without any memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com",
 			"--set", "enforcer.gateway.maxStreams=100000", "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits=null"}},
 		{"drains within longer grace periods", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.shutdownTimeout=1m30s", "--set", "enforcer.terminationGracePeriodSeconds=91",
@@ -351,7 +351,7 @@ func TestValuesAccepted(t *testing.T) {
 		{"spool raised with the settle capacity", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=200000", "--set", "enforcer.settleSpool.maxBytes=170000000"}},
 		{"a large settle capacity without a spool", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=200000", "--set", "enforcer.settleSpool.enabled=false"}},
 		{"a large settle capacity with the memory for it", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.settleCapacity=1000000", "--set", "enforcer.settleSpool.maxBytes=850000000",
-			"--set", "enforcer.goRuntime.memoryLimit=1600MiB", "--set", "enforcer.resources.limits.memory=2000Mi"}},
+			"--set", "enforcer.goRuntime.memoryLimit=1650MiB", "--set", "enforcer.resources.limits.memory=2100Mi"}},
 		{"alert rules in sidecar mode without the enforcer's up alert", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "metrics.prometheusRule.enabled=true",
 			"--set", "metrics.prometheusRule.disabledAlerts={TollgateEnforcerDown}"}},
 		{"gateway off with values set", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.upstream=https://api.openai.com", "--set", "enforcer.mode=sidecar"}},

@@ -261,7 +261,7 @@ func New(d Deps) *Enforcer {
 		ResolveTimeout: cfg.CheckTimeout, LastKnown: cfg.MemberCapacity}, m, log)
 	e.Records.OnRebuild(e.Settle.MirrorRebuilt)
 	e.Gate = gate.New(gate.Deps{Identity: e.Identity, Records: e.Records, Starts: e.Starts, Settle: e.Settle,
-		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL, BlockedCapacity: cfg.MemberCapacity,
+		Inflight: e.Tracker, Clock: d.Clock, Metrics: m, Log: log, FailOpen: cfg.FailOpen(), BlockedTTL: cfg.BlockedTTL, BlockedCapacity: cfg.MemberCapacity, MemberAPIURL: cfg.MemberAPIURL,
 		Speculate: cfg.Speculate(), CheckTimeout: cfg.CheckTimeout})
 
 	// ext_authz requests are decoded only as far as Check reads them (credentials,

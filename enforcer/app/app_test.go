@@ -59,6 +59,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_ENFORCER_MEMBER_CAPACITY":         "999",
 		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE": "500ms",
 		"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE": "-1s",
+		"TOLLGATE_ENFORCER_MEMBER_API_URL":          "tollgate.example.com/api",
 	}), app.IO{Stdout: io.Discard, Stderr: io.Discard})
 	if err == nil {
 		t.Fatal("bad configuration accepted")
@@ -70,7 +71,8 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 		"TOLLGATE_SHUTDOWN_DELAY: must not be negative", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",
 		"TOLLGATE_ENFORCER_SETTLE_RESEND_WINDOW: must be between 0 and 1h", "TOLLGATE_ENFORCER_MEMBER_CAPACITY: must be at least 1000",
 		"TOLLGATE_ENFORCER_HTTP_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s",
-		"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s"} {
+		"TOLLGATE_ENFORCER_GRPC_MAX_CONNECTION_AGE: must be 0 (for ever) or at least 1s",
+		"TOLLGATE_ENFORCER_MEMBER_API_URL: must be an http or https URL with a host"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -96,6 +98,7 @@ func TestHelpDocumentsEveryKnob(t *testing.T) {
 	for _, want := range []string{"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_MODE", "TOLLGATE_REDIS_ADDRS", "TOLLGATE_REDIS_SENTINEL_MASTER",
 		"TOLLGATE_REDIS_SENTINEL_USERNAME", "TOLLGATE_REDIS_SENTINEL_PASSWORD", "TOLLGATE_ENFORCER_GRPC_ADDR", "TOLLGATE_ENFORCER_HTTP_ADDR", "TOLLGATE_ENFORCER_ADMIN_ADDR", "TOLLGATE_CONTROLPLANE_ADDR",
 		"TOLLGATE_INTERNAL_TOKEN", "-failure-mode", "TOLLGATE_FAILURE_MODE", "TOLLGATE_ENFORCER_SETTLE_LINGER",
+		"-member-api-url", "TOLLGATE_ENFORCER_MEMBER_API_URL",
 		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR", "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "TOLLGATE_ENFORCER_INFLIGHT_CAPACITY",
 		"-deferred-billing", "TOLLGATE_DEFERRED_BILLING", "-deferred-billing-allow", "TOLLGATE_DEFERRED_BILLING_ALLOW",
 		"-shutdown-delay", "TOLLGATE_SHUTDOWN_DELAY", "-check-timeout", "TOLLGATE_ENFORCER_CHECK_TIMEOUT",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -97,6 +98,10 @@ type Config struct {
 	ShutdownDelay time.Duration
 	// IdentityTTL is how long a credential's identity is cached (TOLLGATE_ENFORCER_IDENTITY_TTL).
 	IdentityTTL time.Duration
+	// MemberAPIURL is the control plane's REST API as members reach it
+	// (TOLLGATE_ENFORCER_MEMBER_API_URL): the usage-limit 429's message names the URL a
+	// member asks for more on under it; empty: the route's path alone.
+	MemberAPIURL string
 	// BlockedTTL is the longest a member blocked by a hard limit is refused from memory
 	// without reading their record; window resets and invalidations end it sooner
 	// (TOLLGATE_ENFORCER_BLOCKED_TTL). 0 reads the record on every check.
@@ -276,6 +281,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durationEnv("TOLLGATE_SHUTDOWN_TIMEOUT", 20*time.Second), "how long to drain on SIGTERM, TOLLGATE_SHUTDOWN_DELAY included (TOLLGATE_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", durationEnv("TOLLGATE_SHUTDOWN_DELAY", lifecycle.DefaultShutdownDelay), lifecycle.ShutdownDelayHelp)
 	fs.DurationVar(&c.IdentityTTL, "identity-ttl", durationEnv("TOLLGATE_ENFORCER_IDENTITY_TTL", 30*time.Second), "how long a credential's identity is cached; invalidations usually end it sooner (TOLLGATE_ENFORCER_IDENTITY_TTL)")
+	fs.StringVar(&c.MemberAPIURL, "member-api-url", getenv("TOLLGATE_ENFORCER_MEMBER_API_URL"), "the control plane's REST API as members reach it (https://tollgate.example.com): the usage-limit 429's message names where to ask for more under it; empty: the path alone (TOLLGATE_ENFORCER_MEMBER_API_URL)")
 	fs.DurationVar(&c.BlockedTTL, "blocked-ttl", durationEnv("TOLLGATE_ENFORCER_BLOCKED_TTL", time.Second), "longest a blocked member is refused from memory without reading their record; window resets and invalidations end it sooner; 0 turns it off (TOLLGATE_ENFORCER_BLOCKED_TTL)")
 	fs.StringVar(&c.SpeculativeStarts, "speculative-starts", env("TOLLGATE_ENFORCER_SPECULATIVE_STARTS", "on"), "on: a check sends its durable start beside its record read, on the member's last-known record, and voids it uncharged when the fresh record refuses or differs; off: after it (TOLLGATE_ENFORCER_SPECULATIVE_STARTS)")
 	fs.IntVar(&c.StartCapacity, "start-capacity", intEnv("TOLLGATE_ENFORCER_START_CAPACITY", 4096), "most write-ahead starts queued at once (TOLLGATE_ENFORCER_START_CAPACITY)")
@@ -376,6 +382,9 @@ func (c Config) validate() []string {
 	if problem := internaltoken.Validate(c.InternalToken); problem != "" {
 		p = append(p, problem)
 	}
+	if problem := validateMemberAPIURL(c.MemberAPIURL); problem != "" {
+		p = append(p, problem)
+	}
 	if c.FailureMode != "closed" && c.FailureMode != "open" {
 		p = append(p, "TOLLGATE_FAILURE_MODE: must be closed or open")
 	}
@@ -425,4 +434,17 @@ func (c Config) validate() []string {
 		}
 	}
 	return p
+}
+
+// validateMemberAPIURL: empty, or an absolute http(s) URL with a host and nothing a
+// request's path cannot follow (no query, no fragment): the 429 appends the route to it.
+func validateMemberAPIURL(v string) string {
+	if v == "" {
+		return ""
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "TOLLGATE_ENFORCER_MEMBER_API_URL: must be an http or https URL with a host and no query, fragment or user (the control plane's REST API as members reach it, such as https://tollgate.example.com)"
+	}
+	return ""
 }

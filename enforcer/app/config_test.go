@@ -219,17 +219,17 @@ func TestMemoryShortfall(t *testing.T) {
 		want               string
 	}{
 		{"nothing limits it", both, math.MaxInt64, 0, ""},
-		{"defaults within GOMEMLIMIT", nil, 600 * mib, 0, ""},
+		{"defaults within GOMEMLIMIT", nil, 640 * mib, 0, ""},
 		{"defaults over GOMEMLIMIT", nil, 100 * mib, 0,
-			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 100000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) can hold about 587 MiB, over GOMEMLIMIT (100 MiB)" + tail},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 100000 (4420 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) can hold about 606 MiB, over GOMEMLIMIT (100 MiB)" + tail},
 		{"the chart's", chart, 384 * mib, 512 * mib, ""},
 		{"the chart's gateway", gateway, 384 * mib, 512 * mib, ""},
 		{"fail-open", failOpen, 200 * mib, 0,
-			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 100000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) can hold about 711 MiB, over GOMEMLIMIT (200 MiB)" + tail},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 100000 (4420 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) can hold about 730 MiB, over GOMEMLIMIT (200 MiB)" + tail},
 		{"the chart's gateway fail-open", both, 384 * mib, 512 * mib,
-			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 10000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 473 MiB, over GOMEMLIMIT (384 MiB)" + tail},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 10000 (4420 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (2900 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 475 MiB, over GOMEMLIMIT (384 MiB)" + tail},
 		{"a container's limit below GOMEMLIMIT", gateway, 320 * mib, 256 * mib,
-			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 10000 (4220 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 349 MiB, over 80% of the container's memory limit (204 MiB)" + tail},
+			"TOLLGATE_ENFORCER_MEMBER_CAPACITY 10000 (4420 bytes a member), TOLLGATE_ENFORCER_SETTLE_CAPACITY 100000 (1600 bytes a settlement) and TOLLGATE_GATEWAY_MAX_STREAMS 2000 (64 KiB a stream) can hold about 351 MiB, over 80% of the container's memory limit (204 MiB)" + tail},
 	} {
 		c, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
 		if err != nil {

@@ -304,6 +304,16 @@ func MethodRefusal(method string) (FormRefusal, bool) {
 			Details: map[string]string{"method": method}}})}, true
 }
 
+// ResetRequestPath is the control plane's route a member asks for more on.
+const ResetRequestPath = "/v1/gateway/usage-limit-reset-requests"
+
+// ResetRequestURL is the URL a blocked member's 429 names for asking for more: the
+// control plane's REST API as members reach it (memberAPIURL, say
+// https://tollgate.example.com) and the route, or the route alone when it is not known.
+func ResetRequestURL(memberAPIURL string) string {
+	return strings.TrimSuffix(memberAPIURL, "/") + ResetRequestPath
+}
+
 // renderMinute is the start of the minute of now: a blocked body counts its "retry in"
 // from there, so that bodies rendered in the same minute are the same bytes.
 func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
@@ -326,8 +336,14 @@ func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
 // it waits the n seconds and tries again, after the reset. The body is kept per blocked
 // member (BlockedMembers) and rendered again each minute: n is never short, and at most
 // a minute (and the kept decision's TTL) long. Where a listed bucket's policy lets the
-// member ask for more (allowRequestReset), the message says how: a person reading it in an AI
-// tool's error learns the way out, not only the wait.
+// member ask for more (allowRequestReset), the message says how, in full: the request's
+// URL (askURL: the control plane's as members reach it, or its path when the enforcer
+// was not told it) and the request's body with the first such bucket's bucketId. AI
+// tools show the message and not the details, so a member reading it there can ask with
+// their key and nothing else (TestDayLimitBlocksAndExtensionAdmits asks so). One bucket
+// only: the body is kept per blocked member, budgeted (HeapBytesPerKeptBlock); when a
+// second listed window allows asking too, the 429 after the first one's extension names
+// it.
 //
 // The type is usage_limit_reached, with resets_at (retryAt in Unix seconds): the two
 // fields OpenAI's Codex reads a spent limit by. It then ends the turn at once with "You've
@@ -336,10 +352,10 @@ func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
 // its Responses WebSocket's handshake (seen with Codex 0.171 and the type
 // usage_limit_error; TestCodexOverTheResponsesWebSocket). The guard's refusals, which
 // lift when a request in flight ends, keep types Codex retries.
-func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time) []byte {
+func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, askURL string) []byte {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
-	askable := false
+	var ask string // the first listed bucket a member may ask more of
 	for i := range d.Buckets {
 		b := &d.Buckets[i]
 		if !b.Exhausted || !b.HardLimit {
@@ -355,13 +371,15 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time) []
 			HardLimit:         b.HardLimit,
 			AllowRequestReset: b.AllowRequestReset,
 		})
-		askable = askable || b.AllowRequestReset
+		if b.AllowRequestReset && ask == "" {
+			ask = `{"bucketId":"` + det.ExhaustedBuckets[len(det.ExhaustedBuckets)-1].BucketID + `","reason":"<why>"} for the ` + string(b.Window.Timeframe)
+		}
 	}
 	retryIn := decision.SecondsUntil(d.RetryAt, renderMinute(now))
 	message := "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt +
 		". Please retry in " + strconv.FormatInt(retryIn, 10) + "s."
-	if askable {
-		message += " You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."
+	if ask != "" {
+		message += " You may ask for more: POST " + askURL + " with your API key and " + ask + "."
 	}
 	return mustJSON(errorBody{Error: errorObject{
 		Type:     "usage_limit_reached",

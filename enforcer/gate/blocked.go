@@ -33,6 +33,8 @@ import (
 type BlockedMembers struct {
 	seed maphash.Seed
 	ttl  time.Duration
+	// askURL is where the bodies say a member asks for more (ResetRequestURL).
+	askURL string
 	// live: the invalidation subscription is confirmed. Decisions are kept and used
 	// only then, since a message missed while it is down could have lifted a block.
 	live atomic.Bool
@@ -86,7 +88,7 @@ type blockedBucketKey struct {
 // newBlockedMembers keeps at most maxEntries members (at least one per shard), and
 // decisions for ttl (0: none).
 func newBlockedMembers(maxEntries int, ttl time.Duration, m *metrics.Metrics) *BlockedMembers {
-	c := &BlockedMembers{seed: maphash.MakeSeed(), ttl: ttl, hits: m.BlockedCacheHits, evictions: m.MemberCacheEvictions.WithLabelValues("blocks")}
+	c := &BlockedMembers{seed: maphash.MakeSeed(), ttl: ttl, askURL: ResetRequestPath, hits: m.BlockedCacheHits, evictions: m.MemberCacheEvictions.WithLabelValues("blocks")}
 	m.SetMemberCacheLen("blocks", c.Len)
 	maxEntries = max(maxEntries, len(c.shards))
 	c.capacity = maxEntries
@@ -182,7 +184,7 @@ func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now 
 	if e != nil && e.key == key {
 		next.body = e.body
 	} else {
-		next.body = blockedBody(d, orgID, memberID, now)
+		next.body = blockedBody(d, orgID, memberID, now, c.askURL)
 	}
 	if k.ok {
 		next.gen = k.gen

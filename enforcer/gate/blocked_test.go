@@ -39,10 +39,13 @@ func blockedDecision(t testing.TB, now time.Time, usedDay, usedMonth int64) deci
 
 // The 429's message names the exhausted windows and the reset in the words clients read
 // a spent quota by, and says how to ask for more only where a listed window's policy
-// allows it (the day's here does not, the month's does).
+// allows it (the day's here does not, the month's does): the full URL (the member API's
+// base given with a trailing slash) and the request's body with the month's bucketId.
 func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
-	const ask = " You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."
+	month := window.BucketID("org_x", "om_a", window.Month, time.Date(2026, 9, 1, 5, 0, 0, 0, time.UTC))
+	ask := ` You may ask for more: POST https://tollgate.example.com/v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
+		month + `","reason":"<why>"} for the month.`
 	for _, c := range []struct {
 		name            string
 		usedDay, usedMo int64
@@ -54,11 +57,11 @@ func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
 	} {
 		d := blockedDecision(t, now, c.usedDay, c.usedMo)
 		var body struct{ Error struct{ Message string } }
-		if err := json.Unmarshal(blockedBody(&d, "org_x", "om_a", now), &body); err != nil {
+		if err := json.Unmarshal(blockedBody(&d, "org_x", "om_a", now, ResetRequestURL("https://tollgate.example.com/")), &body); err != nil {
 			t.Fatal(err)
 		}
 		if body.Error.Message != c.want {
-			t.Errorf("%s: message %q, want %q", c.name, body.Error.Message, c.want)
+			t.Errorf("%s: message %q\nwant %q", c.name, body.Error.Message, c.want)
 		}
 	}
 }
@@ -110,7 +113,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	first := blockedDecision(t, now, 150, 10)
 	b1 := c.body(&first, "org_x", "om_a", now, keep{})
-	if !bytes.Equal(b1, blockedBody(&first, "org_x", "om_a", now)) {
+	if !bytes.Equal(b1, blockedBody(&first, "org_x", "om_a", now, ResetRequestPath)) {
 		t.Fatal("cached body differs from the rendered one")
 	}
 	again := blockedDecision(t, now.Add(time.Minute), 150, 10)
@@ -124,7 +127,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 		"month alone, day fresh": blockedDecision(t, now, 10, 2000),
 	} {
 		got := c.body(&d, "org_x", "om_a", now, keep{})
-		if want := blockedBody(&d, "org_x", "om_a", now); !bytes.Equal(got, want) {
+		if want := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(got, want) {
 			t.Errorf("%s: body %s, want %s", name, got, want)
 		}
 		if bytes.Equal(got, b1) {

@@ -103,6 +103,10 @@ type Deps struct {
 	// Speculate sends a check's durable start beside its record read, on the member's
 	// last-known record (speculate.go).
 	Speculate bool
+	// MemberAPIURL is the control plane's REST API as members reach it (say
+	// https://tollgate.example.com): the usage-limit 429 names the URL a member asks
+	// for more on under it; empty: the route's path alone.
+	MemberAPIURL string
 	// CheckTimeout bounds a check's waits on Redis and the control plane altogether when
 	// its caller set no deadline (HTTP /check, the gateway); 0: DefaultCheckTimeout. A
 	// caller's deadline (Envoy's grpc-timeout) bounds them otherwise (callsContext).
@@ -195,6 +199,7 @@ func New(d Deps) *Gate {
 		blocked = DefaultBlockedCapacity
 	}
 	g := &Gate{Deps: d, Blocks: newBlockedMembers(blocked, d.BlockedTTL, d.Metrics)}
+	g.Blocks.askURL = ResetRequestURL(d.MemberAPIURL)
 	for _, t := range []*logging.Throttle{&g.authFailed, &g.recordFailed, &g.startFailed, &g.openUnidentified} {
 		t.Clock = d.Clock
 	}
@@ -680,8 +685,8 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:
 		return Answer{}, true, nil
 	case internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED:
-		if g := res.Guard; g != nil && g.GetUsedMicroUsd() >= g.GetAllowanceMicroUsd() {
-			return spentRefusal(res, d, id.OrganizationID, id.MemberID, now), false, nil
+		if spent := res.Guard; spent != nil && spent.GetUsedMicroUsd() >= spent.GetAllowanceMicroUsd() {
+			return spentRefusal(res, d, id.OrganizationID, id.MemberID, now, g.Blocks.askURL), false, nil
 		}
 		return guardRefusal(res, d.State), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED:

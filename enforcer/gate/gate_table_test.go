@@ -736,7 +736,7 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 	}
 	var details struct {
 		Reason, Model, Endpoint, RetryAt string
-		ExhaustedBuckets                 []struct{ Timeframe string }
+		ExhaustedBuckets                 []struct{ Timeframe, BucketID string }
 	}
 	if err := json.Unmarshal(body.Error.Details, &details); err != nil {
 		t.Fatalf("details %s: %v", body.Error.Details, err)
@@ -772,7 +772,8 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 		// Words clients read a spent quota by, so that they do not retry it, and the way to
 		// ask for more, which the policies here allow (blockedBody).
 		if want := "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z. Please retry in 61200s. " +
-			"You may ask for more: POST /v1/gateway/usage-limit-reset-requests with the bucketId in details."; body.Error.Message != want {
+			`You may ask for more: POST /v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
+			details.ExhaustedBuckets[0].BucketID + `","reason":"<why>"} for the day.`; body.Error.Message != want {
 			t.Errorf("message %q, want %q", body.Error.Message, want)
 		}
 	}

@@ -102,7 +102,7 @@ func plural(n int64, noun string) string {
 // been on a fresh record: the guard's window exhausted with the spend and allowance the
 // guard read, Retry-After until the latest reset among the exhausted hard windows, and
 // X-Should-Retry false. It is not kept (BlockedMembers): the record it corrects lags.
-func spentRefusal(res startq.Result, d *decision.Decision, orgID, memberID string, now time.Time) Answer {
+func spentRefusal(res startq.Result, d *decision.Decision, orgID, memberID string, now time.Time, askURL string) Answer {
 	g := res.Guard
 	fresh := *d
 	fresh.Result, fresh.State, fresh.RetryAt = decision.Blocked, decision.StateBlocked, time.Time{}
@@ -118,5 +118,5 @@ func spentRefusal(res startq.Result, d *decision.Decision, orgID, memberID strin
 	if fresh.RetryAt.IsZero() {
 		fresh.RetryAt = time.UnixMilli(g.GetWindowEndUnixMs())
 	}
-	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), blockedBody(&fresh, orgID, memberID, now))
+	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), blockedBody(&fresh, orgID, memberID, now, askURL))
 }

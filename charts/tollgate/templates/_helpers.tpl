@@ -323,6 +323,11 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- include "tollgate.enforcer.checkMemory" $root -}}
 {{- include "tollgate.enforcer.checkSpool" $root -}}
 {{- include "tollgate.checkDuration" (dict "value" $e.redisCheckTimeout "values" "enforcer.redisCheckTimeout" "program" "enforcer" "min" "10ms" "max" "10s" "problem" "TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s") -}}
+{{- with $e.memberApiUrl -}}
+{{- if not (regexMatch "^https?://[^/?#@]+(/[^?#]*)?$" .) -}}
+{{- fail (printf "enforcer.memberApiUrl %s: the enforcer refuses it at start (TOLLGATE_ENFORCER_MEMBER_API_URL: must be an http or https URL with a host and no query, fragment or user (the control plane's REST API as members reach it, such as https://tollgate.example.com))" .) -}}
+{{- end -}}
+{{- end -}}
 name: enforcer
 image: {{ include "tollgate.image" $root }}
 imagePullPolicy: {{ $root.Values.image.pullPolicy }}
@@ -352,6 +357,15 @@ env:
     value: "0.0.0.0:{{ $e.ports.admin }}"
   - name: TOLLGATE_CONTROLPLANE_ADDR
     value: {{ default (printf "%s.%s.svc:%v" (include "tollgate.controlplane.fullname" $root) $root.Release.Namespace $root.Values.controlplane.ports.grpc) $e.controlplaneAddress | quote }}
+  {{- $memberAPI := $e.memberApiUrl }}
+  {{- $cpIngress := $root.Values.ingress.controlplane }}
+  {{- if and (not $memberAPI) $cpIngress.enabled $cpIngress.tlsSecretName }}
+  {{- $memberAPI = printf "https://%s" $cpIngress.host }}
+  {{- end }}
+  {{- with $memberAPI }}
+  - name: TOLLGATE_ENFORCER_MEMBER_API_URL
+    value: {{ . | quote }}
+  {{- end }}
   - name: TOLLGATE_FAILURE_MODE
     value: {{ $e.failureMode | quote }}
   - name: TOLLGATE_DEFERRED_BILLING
@@ -492,7 +506,7 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{- end -}}
 
 {{/*
-The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 4220 bytes for
+The enforcer's memory (docs/enforcer.md, "Memory"): a base of 32 MiB, 4420 bytes for
 each member of its member capacity (app.HeapBytesPerMember: a last-read usage record,
 an identity and a kept 429), 1600 bytes for each settlement of its settle capacity
 (settleq.HeapBytesPerSettlement: one waiting
@@ -572,9 +586,9 @@ without the gateway) and perStream. NOTES.txt prints them.
 {{- $baseText := "32 MiB" -}}
 {{- $members := include "tollgate.enforcer.memberCapacity" . | fromJson -}}
 {{- if $members.value -}}
-{{- $memberBytes := mul (int64 $members.value) 4220 -}}
+{{- $memberBytes := mul (int64 $members.value) 4420 -}}
 {{- $base = add $base $memberBytes -}}
-{{- $baseText = printf "32 MiB, %d MiB for %s (4220 bytes a member)" (div $memberBytes 1048576) $members.what -}}
+{{- $baseText = printf "32 MiB, %d MiB for %s (4420 bytes a member)" (div $memberBytes 1048576) $members.what -}}
 {{- end -}}
 {{- $need := add $base $settlements (mul $streams (int64 $perStream)) -}}
 {{- toJson (dict "need" $need "limit" $limit "what" $what "base" $base "baseText" $baseText "memberWhat" $members.what "settlements" $settlements "per" $per "capacity" $c.value "capacityWhat" $c.what "streams" $streams "perStream" (int64 $perStream)) -}}

@@ -125,6 +125,9 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return envOr(getenv, k, demoAdminEmail)
 		case "TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR":
 			return spoolDir
+		case "TOLLGATE_ENFORCER_MEMBER_API_URL":
+			// The 429's way to ask for more names the demo's control plane.
+			return envOr(getenv, k, memberAPIURL(c.HTTPAddr))
 		case "TOLLGATE_SHUTDOWN_DELAY":
 			// No load balancer to wait for: Ctrl-C stops at once.
 			return envOr(getenv, k, "0s")
@@ -428,4 +431,13 @@ func nameTakenAddr(err error, addrs []devAddr) error {
 		}
 	}
 	return err
+}
+
+// memberAPIURL is the demo control plane's REST API as its members reach it, from its
+// listen address (a port alone is this machine's).
+func memberAPIURL(httpAddr string) string {
+	if strings.HasPrefix(httpAddr, ":") {
+		return "http://127.0.0.1" + httpAddr
+	}
+	return "http://" + httpAddr
 }
