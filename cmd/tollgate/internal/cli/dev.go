@@ -80,7 +80,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return err
 		}
 	}
-	base := "http://" + c.HTTPAddr
+	base := memberAPIURL(c.HTTPAddr)
 	if c.SeedOnly {
 		d, err := seed(ctx, base)
 		if err != nil {
@@ -127,7 +127,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return spoolDir
 		case "TOLLGATE_ENFORCER_MEMBER_API_URL":
 			// The 429's way to ask for more names the demo's control plane.
-			return envOr(getenv, k, memberAPIURL(c.HTTPAddr))
+			return envOr(getenv, k, base)
 		case "TOLLGATE_SHUTDOWN_DELAY":
 			// No load balancer to wait for: Ctrl-C stops at once.
 			return envOr(getenv, k, "0s")
@@ -434,7 +434,8 @@ func nameTakenAddr(err error, addrs []devAddr) error {
 }
 
 // memberAPIURL is the demo control plane's REST API as its members reach it, from its
-// listen address (a port alone is this machine's).
+// listen address (a port alone is this machine's): what the demo seeds through, prints
+// in its banner, and gives the enforcer as TOLLGATE_ENFORCER_MEMBER_API_URL.
 func memberAPIURL(httpAddr string) string {
 	if strings.HasPrefix(httpAddr, ":") {
 		return "http://127.0.0.1" + httpAddr
