@@ -51,6 +51,12 @@ func TestEnforcersBaseFitsItsBudget(t *testing.T) {
 		"GOGC": "400", "GOMEMLIMIT": "384MiB", "TOLLGATE_GATEWAY_MAX_STREAMS": "2000",
 		"TOLLGATE_ENFORCER_MEMBER_CAPACITY": "10000", "TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": t.TempDir(),
 		childMemoryEnv: report,
+		// The deadlines the in-process stack's enforcer is given (startEnforcer): the
+		// suite shares two CPUs with its other packages, and this test measures memory,
+		// not deadlines; at the defaults (250ms for Redis, 500ms for the start, 800ms a
+		// check) a starved run answered 31 /check calls of 400 with 503 (CI, 2026-12-06).
+		"TOLLGATE_REDIS_CHECK_TIMEOUT": "2s", "TOLLGATE_ENFORCER_START_DEADLINE": "2s",
+		"TOLLGATE_ENFORCER_CHECK_TIMEOUT": "5s",
 	})
 	started := enf.memory(t, report)
 	// Its start line says the bounds and what they may hold: the base, 10,000 members,
