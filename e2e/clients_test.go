@@ -29,7 +29,7 @@ type clientRun struct {
 	took           time.Duration
 }
 
-// runClient runs e2e/clients' tool (claude, codex, gemini, opencode) with args in a
+// runClient runs e2e/clients' tool (claude, codex, gemini, opencode, qwen) with args in a
 // scratch working directory, with only PATH and env in its environment (a HOME of its
 // own among them) and nothing on its standard input. A run that hangs is killed after
 // two minutes.
@@ -698,4 +698,80 @@ func openCodeEnv(t *testing.T, s *stack, o org) []string {
   "autoupdate": false, "share": "disabled",
   "provider": {"openai": {"options": {"baseURL": "`+s.gateway+`/v1", "apiKey": "{env:TOLLGATE_API_KEY}"}}}}`)
 	return []string{"HOME=" + home, "TOLLGATE_API_KEY=" + o.key, "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1"}
+}
+
+// TestQwenCodeThroughTheGateway: Qwen Code (@qwen-code/qwen-code, e2e/clients' pin) with
+// its OpenAI-compatible sign-in (OPENAI_BASE_URL at the gateway's /v1, the member's key in
+// OPENAI_API_KEY), as docs/gateway.md shows, answers a one-shot prompt: two streamed Chat
+// Completions calls (the answer, and its memory extractor's after it), each charged
+// exactly, the member's key never upstream. Blocked, it fails at once with the 429's
+// whole message (the way to ask for more in it), having sent the call once: Qwen Code
+// reads a 429 whose message says the quota is "exceeded" and "will reset" as a spent
+// quota, not retried; any other 429 it retries (its default is 7 attempts, backing off).
+func TestQwenCodeThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	const in, out = 10_000, 2_000
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	env := qwenCodeEnv(t, s, o)
+	args := []string{"--output-format", "json", "How are tolls paid?"}
+
+	r := runClient(t, "qwen", env, args...)
+	if res := qwenResult(t, r); r.exit != 0 || res.IsError || res.Result != fakellm.Text {
+		t.Fatalf("qwen: exit %d, %+v\nstderr: %s", r.exit, res, r.stderr)
+	}
+	for _, c := range fake.Calls() {
+		if c.API != fakellm.OpenAIChat || c.Model != model || !c.Stream || !c.IncludeUsage {
+			t.Errorf("the provider got %s %s (stream %v, include_usage %v), want %s streams of %s with their usage",
+				c.API, c.Model, c.Stream, c.IncludeUsage, fakellm.OpenAIChat, model)
+		}
+	}
+	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCost(in, 0, out))
+	s.waitUsed(t, o, n, cost)
+
+	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+	r = blockedRun(t, s, o, fake, "qwen", func() clientRun { return runClient(t, "qwen", env, args...) })
+	res := qwenResult(t, r)
+	if r.exit == 0 || !res.IsError || !strings.HasPrefix(res.Error.Message, "Quota exhausted: Usage limit exceeded (day)") ||
+		!strings.Contains(res.Error.Message, "You may ask for more: POST "+s.rest+"/v1/gateway/usage-limit-reset-requests") {
+		t.Errorf("blocked, qwen: exit %d, %+v; want the usage-limit 429's message as a spent quota\nstderr: %s", r.exit, res, r.stderr)
+	}
+}
+
+// qwenResult is the result event of a `qwen --output-format json` run: the last element
+// of the JSON array it writes.
+func qwenResult(t *testing.T, r clientRun) (res struct {
+	Type    string
+	IsError bool `json:"is_error"`
+	Result  string
+	Error   struct{ Message string }
+}) {
+	t.Helper()
+	var events []json.RawMessage
+	if err := json.Unmarshal([]byte(jsonTail(r.stdout)), &events); err != nil || len(events) == 0 {
+		t.Fatalf("qwen's output is not a JSON array of events (%v):\n%s\nstderr: %s", err, r.stdout, r.stderr)
+	}
+	if err := json.Unmarshal(events[len(events)-1], &res); err != nil || res.Type != "result" {
+		t.Fatalf("qwen's last event is not its result (%v): %s", err, events[len(events)-1])
+	}
+	return res
+}
+
+// qwenCodeEnv is Qwen Code's environment for member o's calls through s's gateway:
+// OPENAI_BASE_URL at the gateway's /v1, the key in OPENAI_API_KEY, the model in
+// OPENAI_MODEL, and a HOME whose settings choose the OpenAI-compatible sign-in, with usage
+// statistics and telemetry off.
+func qwenCodeEnv(t *testing.T, s *stack, o org) []string {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".qwen"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, ".qwen", "settings.json"),
+		`{"security":{"auth":{"selectedType":"openai"}},`+
+			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
+	return []string{"HOME=" + home, "OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key,
+		"OPENAI_MODEL=" + model, "TMPDIR=" + t.TempDir()}
 }

@@ -328,6 +328,9 @@ func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
 // not retry it; any other 429 with a Retry-After over a minute it marks retryable, and
 // the middleware then waits out the Retry-After (hours) before it tries again (seen with
 // langchain 1.5.14, the message "...; retry at <time>."; TestLangChainCreateAgentThroughTheGateway).
+// Qwen Code takes a 429 whose message says "quota", "exceeded" and "will reset" for a
+// spent quota too, and fails at once with the whole message; any other 429 it retries
+// (seen with 0.24.4; TestQwenCodeThroughTheGateway).
 // It then says "Please retry in <n>s.", n the seconds from the start of the minute now
 // is in until retryAt: Google's Gemini CLI reads a 429 as a spent quota (not retried)
 // only by that sentence with n over 300 (or by Google's own error details, which this
