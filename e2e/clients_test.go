@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -323,21 +324,27 @@ func TestCodexThroughTheGateway(t *testing.T) {
 	}
 	s.waitUsed(t, o, settled, used)
 	r := blockedRun(t, s, o, fake, "codex", func() clientRun { return runClient(t, "codex", env, args...) })
-	checkCodexUsageLimit(t, r)
+	checkCodexUsageLimit(t, s, r)
 	s.waitUsed(t, o, settled, used)
 }
 
 // codexUsageLimit is what Codex says of a usage-limit 429 (error type
-// usage_limit_reached, without a ChatGPT plan), followed by the time of resets_at.
-const codexUsageLimit = "hit your usage limit. Try again at "
+// usage_limit_reached, without a ChatGPT plan) whose X-Codex-Promo-Message names the way
+// to ask for more of the day (the tests' policies allow it): the header's words, then
+// "or try again at" the time of resets_at.
+var codexUsageLimit = regexp.MustCompile(`hit your usage limit\. You may ask for more: POST (\S+) with your API key and \{"bucketId":"[0-9a-f]{64}","reason":"<why>"\} for the day, or try again at `)
 
 // checkCodexUsageLimit requires a blocked `codex exec --json` run to have failed with
-// Codex's usage-limit message.
-func checkCodexUsageLimit(t *testing.T, r clientRun) {
+// Codex's usage-limit message, naming s's control plane as where to ask for more.
+func checkCodexUsageLimit(t *testing.T, s *stack, r clientRun) {
 	t.Helper()
 	_, errs := codexEvents(r.stdout)
-	if r.exit == 0 || len(errs) == 0 || !strings.Contains(errs[len(errs)-1], codexUsageLimit) {
-		t.Errorf("blocked, codex exec: exit %d, errors %q; want Codex's usage-limit message", r.exit, errs)
+	var m []string
+	if len(errs) > 0 {
+		m = codexUsageLimit.FindStringSubmatch(errs[len(errs)-1])
+	}
+	if r.exit == 0 || m == nil || m[1] != s.rest+"/v1/gateway/usage-limit-reset-requests" {
+		t.Errorf("blocked, codex exec: exit %d, errors %q; want Codex's usage-limit message with the way to ask for more at %s", r.exit, errs, s.rest)
 	}
 }
 
@@ -433,7 +440,7 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 			return runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
 				"-c", `openai_base_url="`+s.gateway+`/v1"`, "How are tolls paid?")
 		})
-		checkCodexUsageLimit(t, r)
+		checkCodexUsageLimit(t, s, r)
 	})
 }
 
@@ -493,7 +500,7 @@ func TestCodexToolLoopOverTheResponsesWebSocket(t *testing.T) {
 		refused := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused")
 		r := runClient(t, "codex", env, "exec", "--skip-git-repo-check", "--json", "-m", codexModel,
 			"-c", `openai_base_url="`+s.gateway+`/v1"`, "Pay the toll")
-		checkCodexUsageLimit(t, r)
+		checkCodexUsageLimit(t, s, r)
 		var got []string
 		for _, c := range fake.Calls()[before:] {
 			got = append(got, c.API+" "+string(c.Body))

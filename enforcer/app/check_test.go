@@ -159,6 +159,15 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			hs := headerMap(d)
 			want := map[string]string{"Content-Type": "application/json", "X-Service-Error-Code": "service_gateway_usage_limit_exceeded",
 				"X-Service-Usage-State": "blocked", "Retry-After": strconv.FormatInt(tc.retryAfter, 10), "X-Should-Retry": "false", "Cache-Control": "no-store"}
+			// The way to ask for more of the first listed window that allows it, for Codex
+			// (it shows this header, not the message).
+			for _, tf := range tc.exhausted {
+				if limitOf(tc.limits, tf).AllowRequestReset {
+					want["X-Codex-Promo-Message"] = `You may ask for more: POST /v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
+						window.BucketID(w.org, w.member, window.Timeframe(tf), window.Of(window.Timeframe(tf), tc.now).Start) + `","reason":"<why>"} for the ` + tf
+					break
+				}
+			}
 			if len(hs) != len(want) {
 				t.Errorf("headers %v", hs)
 			}
@@ -194,12 +203,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			for i, tf := range tc.exhausted {
 				b := body.Error.Details.ExhaustedBuckets[i]
 				win := window.Of(window.Timeframe(tf), tc.now)
-				var lim fakecp.Limit
-				for _, l := range tc.limits {
-					if string(l.Timeframe) == tf {
-						lim = l
-					}
-				}
+				lim := limitOf(tc.limits, tf)
 				want := map[string]any{"bucketId": window.BucketID(w.org, w.member, window.Timeframe(tf), win.Start), "timeframe": tf,
 					"usedMicroUsd": float64(tc.spend[window.Timeframe(tf)]), "allowanceMicroUsd": float64(lim.BaseMicroUSD),
 					"resetAt": win.End.Format(time.RFC3339), "hardLimit": true, "allowRequestReset": lim.AllowRequestReset}
@@ -217,6 +221,16 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// limitOf is the limit of timeframe tf among limits (the zero Limit when none is).
+func limitOf(limits []fakecp.Limit, tf string) fakecp.Limit {
+	for _, l := range limits {
+		if string(l.Timeframe) == tf {
+			return l
+		}
+	}
+	return fakecp.Limit{}
 }
 
 func TestCheckExtensionAdmitsAgain(t *testing.T) {

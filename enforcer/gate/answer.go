@@ -23,6 +23,13 @@ const (
 	// HeaderRequestID is added to the upstream request of an admitted request; ext_proc
 	// and /settle name the request by it.
 	HeaderRequestID = "X-Service-Request-Id"
+	// HeaderCodexPromoMessage repeats, on a usage-limit 429, the message's way to ask
+	// for more (Answer.Ask). OpenAI's Codex shows no 429's message: on its usage-limit
+	// 429 it says "You've hit your usage limit." and, when this header is there, the
+	// header's words, then "or try again at <time>." (seen with Codex 0.171;
+	// TestCodexThroughTheGateway). Without it a Codex user learned the wait and not the
+	// way out.
+	HeaderCodexPromoMessage = "X-Codex-Promo-Message"
 )
 
 // Error codes of X-Service-Error-Code.
@@ -93,6 +100,9 @@ type Answer struct {
 	UsageState string
 	// RetryAfter is the Retry-After value in seconds (429).
 	RetryAfter string
+	// Ask is, on a usage-limit 429 whose listed window lets the member ask for more, the
+	// message's sentence saying how (askForMore), sent again as X-Codex-Promo-Message.
+	Ask string
 	// Body is the JSON body of a refusal: the reason's, or one rendered for this answer
 	// (429, 403). The reasons' bodies and a blocked member's kept 429 body are shared
 	// bytes, handed out again for the same body (package authz keys on them).
@@ -112,9 +122,13 @@ type Header struct{ Name, Value string }
 func (a *Answer) Allowed() bool { return a.Status == 200 }
 
 // DeniedHeaders are the headers of a refusal, in a stable order: its reason's, with
-// this answer's Retry-After, and its usage state where the table leaves it open.
+// this answer's Retry-After, and its usage state where the table leaves it open; then
+// X-Codex-Promo-Message when the answer names a way to ask for more in printable ASCII
+// (a header's value; a member API URL with other characters leaves it to the body).
 func (a *Answer) DeniedHeaders() []Header {
-	h := append([]Header(nil), a.Reason.spec().headers...)
+	spec := a.Reason.spec().headers
+	h := make([]Header, len(spec), len(spec)+1)
+	copy(h, spec)
 	for i := range h {
 		switch {
 		case h[i].Name == HeaderRetryAfter:
@@ -123,7 +137,19 @@ func (a *Answer) DeniedHeaders() []Header {
 			h[i].Value = a.UsageState
 		}
 	}
+	if a.Ask != "" && printableASCII(a.Ask) {
+		h = append(h, Header{HeaderCodexPromoMessage, a.Ask})
+	}
 	return h
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // Refusal is the answer refusing a request for r, with the reason's status, decision
@@ -354,11 +380,12 @@ func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
 // out the Retry-After (hours) whatever its stream_max_retries said when the refusal met
 // its Responses WebSocket's handshake (seen with Codex 0.171 and the type
 // usage_limit_error; TestCodexOverTheResponsesWebSocket). The guard's refusals, which
-// lift when a request in flight ends, keep types Codex retries.
-func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, askURL string) []byte {
+// lift when a request in flight ends, keep types Codex retries. Codex shows its own
+// words, not the message: the way to ask, returned as ask, goes in a header it shows
+// too (HeaderCodexPromoMessage).
+func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, askURL string) (body []byte, ask string) {
 	det := blockedDetails{RetryAt: timestamp(d.RetryAt)}
 	var names []string
-	var ask string // the first listed bucket a member may ask more of
 	for i := range d.Buckets {
 		b := &d.Buckets[i]
 		if !b.Exhausted || !b.HardLimit {
@@ -375,14 +402,14 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 			AllowRequestReset: b.AllowRequestReset,
 		})
 		if b.AllowRequestReset && ask == "" {
-			ask = `{"bucketId":"` + det.ExhaustedBuckets[len(det.ExhaustedBuckets)-1].BucketID + `","reason":"<why>"} for the ` + string(b.Window.Timeframe)
+			ask = askForMore(askURL, det.ExhaustedBuckets[len(det.ExhaustedBuckets)-1].BucketID, string(b.Window.Timeframe))
 		}
 	}
 	retryIn := decision.SecondsUntil(d.RetryAt, renderMinute(now))
 	message := "Usage limit exceeded (" + strings.Join(names, ", ") + "): the usage quota will reset at " + det.RetryAt +
 		". Please retry in " + strconv.FormatInt(retryIn, 10) + "s."
 	if ask != "" {
-		message += " You may ask for more: POST " + askURL + " with your API key and " + ask + "."
+		message += " " + ask + "."
 	}
 	return mustJSON(errorBody{Error: errorObject{
 		Type:     "usage_limit_reached",
@@ -390,5 +417,13 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 		Message:  message,
 		Details:  det,
 		ResetsAt: d.RetryAt.Unix(),
-	}})
+	}}), ask
+}
+
+// askForMore is the sentence (without its full stop) telling a blocked member how to ask
+// for more of the window timeframe, the bucket bucketID: the request's URL (askURL) and
+// body, with the key the member was refused for.
+func askForMore(askURL, bucketID, timeframe string) string {
+	return "You may ask for more: POST " + askURL + ` with your API key and {"bucketId":"` + bucketID +
+		`","reason":"<why>"} for the ` + timeframe
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +43,7 @@ func blockedDecision(t testing.TB, now time.Time, usedDay, usedMonth int64) deci
 // a spent quota by, and says how to ask for more only where a listed window's policy
 // allows it (the day's here does not, the month's does): the full URL (the member API's
 // base given with a trailing slash) and the request's body with the month's bucketId.
+// That sentence is the answer's Ask too (X-Codex-Promo-Message).
 func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	month := window.BucketID("org_x", "om_a", window.Month, time.Date(2026, 9, 1, 5, 0, 0, 0, time.UTC))
@@ -57,11 +60,15 @@ func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
 	} {
 		d := blockedDecision(t, now, c.usedDay, c.usedMo)
 		var body struct{ Error struct{ Message string } }
-		if err := json.Unmarshal(blockedBody(&d, "org_x", "om_a", now, ResetRequestURL("https://tollgate.example.com/")), &body); err != nil {
+		b, gotAsk := blockedBody(&d, "org_x", "om_a", now, ResetRequestURL("https://tollgate.example.com/"))
+		if err := json.Unmarshal(b, &body); err != nil {
 			t.Fatal(err)
 		}
 		if body.Error.Message != c.want {
 			t.Errorf("%s: message %q\nwant %q", c.name, body.Error.Message, c.want)
+		}
+		if wantAsk := strings.TrimSuffix(strings.TrimPrefix(c.want[strings.Index(c.want, "s.")+2:], " "), "."); gotAsk != wantAsk {
+			t.Errorf("%s: ask %q, want %q", c.name, gotAsk, wantAsk)
 		}
 	}
 }
@@ -86,13 +93,13 @@ func TestBlockedBodyRetryInMovesEachMinute(t *testing.T) {
 		n, _ := strconv.ParseInt(m[1], 10, 64)
 		return n
 	}
-	first := c.body(&d, "org_x", "om_a", start.Add(10*time.Second), keep{})
+	first, _ := c.body(&d, "org_x", "om_a", start.Add(10*time.Second), keep{})
 	if n := retryIn(first); n != 61200 {
 		t.Errorf("retry in %ds, want 61200 (12:00 to 05:00)", n)
 	}
 	for _, at := range []time.Duration{0, 30 * time.Second, 59*time.Second + 999*time.Millisecond} {
 		now := start.Add(at)
-		b := c.body(&d, "org_x", "om_a", now, keep{})
+		b, _ := c.body(&d, "org_x", "om_a", now, keep{})
 		if &b[0] != &first[0] {
 			t.Errorf("at 12:00 + %s: rendered again within the minute", at)
 		}
@@ -100,25 +107,35 @@ func TestBlockedBodyRetryInMovesEachMinute(t *testing.T) {
 			t.Errorf("at 12:00 + %s: retry in %ds, short of Retry-After %ds", at, n, wait)
 		}
 	}
-	next := c.body(&d, "org_x", "om_a", start.Add(time.Minute), keep{})
+	next, _ := c.body(&d, "org_x", "om_a", start.Add(time.Minute), keep{})
 	if n := retryIn(next); n != 61140 {
 		t.Errorf("next minute: retry in %ds, want 61140", n)
 	}
 }
 
 // The cached body is always the body rendered afresh: reused while nothing it shows
-// changed, rendered again when spend, the windows or the listed buckets change.
+// changed, rendered again when spend, the windows or the listed buckets change. Its way
+// to ask for more, found again from what is kept rather than kept, is always the one
+// rendered afresh too.
 func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 	c := newBlockedMembers(10, 0, metrics.Discard())
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	first := blockedDecision(t, now, 150, 10)
-	b1 := c.body(&first, "org_x", "om_a", now, keep{})
-	if !bytes.Equal(b1, blockedBody(&first, "org_x", "om_a", now, ResetRequestPath)) {
+	b1, _ := c.body(&first, "org_x", "om_a", now, keep{})
+	if want, _ := blockedBody(&first, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(b1, want) {
 		t.Fatal("cached body differs from the rendered one")
 	}
 	again := blockedDecision(t, now.Add(time.Minute), 150, 10)
-	if b := c.body(&again, "org_x", "om_a", now, keep{}); &b[0] != &b1[0] {
+	if b, _ := c.body(&again, "org_x", "om_a", now, keep{}); &b[0] != &b1[0] {
 		t.Fatal("unchanged body rendered again")
+	}
+	for _, d := range []decision.Decision{blockedDecision(t, now, 10, 2000), blockedDecision(t, now, 150, 2000)} {
+		_, fresh := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
+		_, rendered := c.body(&d, "org_x", "om_a", now, keep{})
+		_, kept := c.body(&d, "org_x", "om_a", now, keep{})
+		if fresh == "" || rendered != fresh || kept != fresh {
+			t.Errorf("ask rendered %q, kept %q, want %q (not empty: the month allows asking)", rendered, kept, fresh)
+		}
 	}
 	for name, d := range map[string]decision.Decision{
 		"day spend moved":        blockedDecision(t, now, 160, 10),
@@ -126,19 +143,19 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 		"next day's window":      blockedDecision(t, now.Add(24*time.Hour), 150, 10),
 		"month alone, day fresh": blockedDecision(t, now, 10, 2000),
 	} {
-		got := c.body(&d, "org_x", "om_a", now, keep{})
-		if want := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(got, want) {
+		got, _ := c.body(&d, "org_x", "om_a", now, keep{})
+		if want, _ := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(got, want) {
 			t.Errorf("%s: body %s, want %s", name, got, want)
 		}
 		if bytes.Equal(got, b1) {
 			t.Errorf("%s: body did not change", name)
 		}
 		// Back to the first state: the first body again.
-		if got := c.body(&first, "org_x", "om_a", now, keep{}); !bytes.Equal(got, b1) {
+		if got, _ := c.body(&first, "org_x", "om_a", now, keep{}); !bytes.Equal(got, b1) {
 			t.Errorf("%s: back to the first state gave %s", name, got)
 		}
 	}
-	if got := c.body(&first, "org_x", "om_b", now, keep{}); bytes.Equal(got, b1) {
+	if got, _ := c.body(&first, "org_x", "om_b", now, keep{}); bytes.Equal(got, b1) {
 		t.Error("another member got the first member's body")
 	}
 }
@@ -225,11 +242,11 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 	}
 }
 
-// The kept refusal is the fresh one: same body, Retry-After counted from the instant
-// of the check.
+// The kept refusal is the fresh one: same body and way to ask for more, Retry-After
+// counted from the instant of the check.
 func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
-	d := blockedDecision(t, now, 150, 10)
+	d := blockedDecision(t, now, 150, 2000)
 	c := newBlockedMembers(10, time.Hour, metrics.Discard())
 	c.Subscribed(true)
 	g := &Gate{Blocks: c}
@@ -240,9 +257,37 @@ func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 		t.Fatal("not kept")
 	}
 	want := fresh
-	want.RetryAfter = "59400" // 05:00 next day - 12:30:00.5 = 16h29m59.5s, rounded up
+	want.RetryAfter = "1269000" // 05:00 on October 1st - 12:30:00.5 on September 16th, rounded up
 	if got.Status != want.Status || got.Decision != want.Decision || got.Reason != want.Reason || got.UsageState != want.UsageState ||
-		got.Reason.ErrorCode() != want.Reason.ErrorCode() || got.RetryAfter != want.RetryAfter || !bytes.Equal(got.Body, want.Body) {
+		got.Reason.ErrorCode() != want.Reason.ErrorCode() || got.RetryAfter != want.RetryAfter || !bytes.Equal(got.Body, want.Body) ||
+		want.Ask == "" || got.Ask != want.Ask {
 		t.Fatalf("kept %+v\nfresh %+v", got, want)
+	}
+}
+
+// The way to ask for more goes in X-Codex-Promo-Message only in printable ASCII (a
+// header's value): a member API URL with other characters (an IDN host not written in
+// punycode) leaves it to the body's message.
+func TestPromoHeaderOnlyInPrintableASCII(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	d := blockedDecision(t, now, 10, 2000)
+	for _, c := range []struct {
+		url    string
+		header bool
+	}{{"https://tollgate.example.com", true}, {"https://péage.example.com", false}} {
+		body, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestURL(c.url))
+		a := blockedAnswer(100, body, ask)
+		var got []string
+		for _, h := range a.DeniedHeaders() {
+			if h.Name == HeaderCodexPromoMessage {
+				got = append(got, h.Value)
+			}
+		}
+		if want := []string{ask}; c.header && !slices.Equal(got, want) || !c.header && got != nil {
+			t.Errorf("%s: X-Codex-Promo-Message %q (header wanted: %v, ask %q)", c.url, got, c.header, ask)
+		}
+		if !strings.Contains(string(body), c.url) {
+			t.Errorf("%s: the body does not name it: %s", c.url, body)
+		}
 	}
 }

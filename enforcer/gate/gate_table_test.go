@@ -254,7 +254,11 @@ var (
 		{Name: "X-Service-Error-Code", Value: "service_gateway_accounting_unavailable"}}
 	headersBlocked = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
-		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"}}
+		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"},
+		// The message's way to ask for more, for Codex, which shows this header and not
+		// the message: the table's policies allow asking of the day.
+		{Name: "X-Codex-Promo-Message", Value: `You may ask for more: POST /v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
+			window.BucketID(orgID, memberID, window.Day, time.Date(2026, 9, 16, 5, 0, 0, 0, time.UTC)) + `","reason":"<why>"} for the day`}}
 	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_in_flight_reserved"},
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}

@@ -118,5 +118,6 @@ func spentRefusal(res startq.Result, d *decision.Decision, orgID, memberID strin
 	if fresh.RetryAt.IsZero() {
 		fresh.RetryAt = time.UnixMilli(g.GetWindowEndUnixMs())
 	}
-	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), blockedBody(&fresh, orgID, memberID, now, askURL))
+	body, ask := blockedBody(&fresh, orgID, memberID, now, askURL)
+	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), body, ask)
 }
