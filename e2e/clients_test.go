@@ -30,7 +30,7 @@ type clientRun struct {
 	took           time.Duration
 }
 
-// runClient runs e2e/clients' tool (claude, codex, gemini, opencode, qwen) with args in a
+// runClient runs e2e/clients' tool (claude, codex, gemini, opencode, qwen, cline) with args in a
 // scratch working directory, with only PATH and env in its environment (a HOME of its
 // own among them) and nothing on its standard input. A run that hangs is killed after
 // two minutes.
@@ -781,4 +781,62 @@ func qwenCodeEnv(t *testing.T, s *stack, o org) []string {
 			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
 	return []string{"HOME=" + home, "OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key,
 		"OPENAI_MODEL=" + model, "TMPDIR=" + t.TempDir()}
+}
+
+// TestClineThroughTheGateway: Cline's CLI (cline, e2e/clients' pin) with its
+// OpenAI-compatible provider set to the gateway (`cline auth -p openai -b <gateway>/v1 -k
+// <member's key>`), as docs/gateway.md shows, answers a one-shot prompt: one streamed
+// Chat Completions call, charged exactly, the member's key never upstream. Blocked, it
+// sends the call 6 times over about a minute (its agent calls the model through the AI
+// SDK with 5 retries, which retry any 429 and wait out no Retry-After over a minute:
+// 2, 4, 8, 16 and 32 s apart), each refused at the gateway and none reaching the
+// provider, then fails with the 429's whole message (the way to ask for more in it).
+func TestClineThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 4*time.Minute)
+	const in, out = 10_000, 2_000
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	// Its settings and sessions in a folder of the test's own (--data-dir), not ~/.cline.
+	data := t.TempDir()
+	env := []string{"HOME=" + t.TempDir()}
+	if r := runClient(t, "cline", env, "auth", "-p", "openai", "-b", s.gateway+"/v1", "-k", o.key, "-m", model, "--data-dir", data); r.exit != 0 {
+		t.Fatalf("cline auth: exit %d\nstdout: %s\nstderr: %s", r.exit, r.stdout, r.stderr)
+	}
+	args := []string{"--json", "--data-dir", data, "How are tolls paid?"}
+	r := runClient(t, "cline", env, args...)
+	if res := clineResult(t, r); r.exit != 0 || res.FinishReason != "completed" || res.Text != fakellm.Text {
+		t.Fatalf("cline: exit %d, %+v\nstderr: %s", r.exit, res, r.stderr)
+	}
+	for _, c := range fake.Calls() {
+		if c.API != fakellm.OpenAIChat || c.Model != model || !c.Stream || !c.IncludeUsage {
+			t.Errorf("the provider got %s %s (stream %v, include_usage %v), want a %s stream of %s with its usage",
+				c.API, c.Model, c.Stream, c.IncludeUsage, fakellm.OpenAIChat, model)
+		}
+	}
+	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCost(in, 0, out))
+	s.waitUsed(t, o, n, cost)
+
+	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+	r = blockedRunRefused(t, s, o, fake, "cline", 6, func() clientRun { return runClient(t, "cline", env, args...) })
+	if res := clineResult(t, r); r.exit == 0 || res.FinishReason != "error" || !strings.HasPrefix(res.Text, "Usage limit exceeded (day)") ||
+		!strings.Contains(res.Text, "You may ask for more: POST "+s.rest+"/v1/gateway/usage-limit-reset-requests") {
+		t.Errorf("blocked, cline: exit %d, %+v; want the usage-limit 429's message", r.exit, res)
+	}
+}
+
+// clineResult is the run_result event of a `cline --json` run (one JSON object a line).
+func clineResult(t *testing.T, r clientRun) (res struct {
+	Type, FinishReason, Text string
+}) {
+	t.Helper()
+	for line := range strings.Lines(r.stdout) {
+		res = struct{ Type, FinishReason, Text string }{}
+		if json.Unmarshal([]byte(line), &res) == nil && res.Type == "run_result" {
+			return res
+		}
+	}
+	t.Fatalf("cline wrote no run_result:\n%s\nstderr: %s", r.stdout, r.stderr)
+	return res
 }
