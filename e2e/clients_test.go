@@ -553,19 +553,27 @@ func TestGeminiCLIThroughTheGateway(t *testing.T) {
 	}
 }
 
+// geminiSettingsHome is a HOME whose <dir>/settings.json chooses the sign-in auth, with
+// usage statistics and telemetry off: the Gemini CLI's settings (dir .gemini), which
+// Qwen Code, its fork, reads the same way (dir .qwen).
+func geminiSettingsHome(t *testing.T, dir, auth string) string {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, dir, "settings.json"),
+		`{"security":{"auth":{"selectedType":"`+auth+`"}},`+
+			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
+	return home
+}
+
 // geminiCLIEnv is the Gemini CLI's environment for member o's calls through s's gateway:
 // GOOGLE_GEMINI_BASE_URL at the gateway, the key in GEMINI_API_KEY, and a HOME whose
 // settings choose the API key's sign-in, usage statistics and telemetry off.
 func geminiCLIEnv(t *testing.T, s *stack, o org) []string {
 	t.Helper()
-	home := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(home, ".gemini", "settings.json"),
-		`{"security":{"auth":{"selectedType":"gemini-api-key"}},`+
-			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
-	return []string{"HOME=" + home, "GOOGLE_GEMINI_BASE_URL=" + s.gateway, "GEMINI_API_KEY=" + o.key,
+	return []string{"HOME=" + geminiSettingsHome(t, ".gemini", "gemini-api-key"), "GOOGLE_GEMINI_BASE_URL=" + s.gateway, "GEMINI_API_KEY=" + o.key,
 		// -p runs headless, which the CLI allows in a folder the user trusts.
 		"GEMINI_CLI_TRUST_WORKSPACE=true",
 		// Its error reports go to the temporary directory: the test's own.
@@ -619,11 +627,8 @@ const openCodeSmallModel = "gpt-5.4-nano"
 // the provider. The run waits for the reset, so the test ends it.
 func TestOpenCodeThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	awayFromDayBoundary(t, 3*time.Minute)
 	const in, out = 10_000, 2_000
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o := clientStack(t, 3*time.Minute, in, out)
 	env := openCodeEnv(t, s, o)
 	args := []string{"run", "--print-logs", "-m", "openai/" + model, "How are tolls paid?"}
 
@@ -717,11 +722,8 @@ func openCodeEnv(t *testing.T, s *stack, o org) []string {
 // quota, not retried; any other 429 it retries (its default is 7 attempts, backing off).
 func TestQwenCodeThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	awayFromDayBoundary(t, 3*time.Minute)
 	const in, out = 10_000, 2_000
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o := clientStack(t, 3*time.Minute, in, out)
 	env := qwenCodeEnv(t, s, o)
 	args := []string{"--output-format", "json", "How are tolls paid?"}
 
@@ -729,6 +731,34 @@ func TestQwenCodeThroughTheGateway(t *testing.T) {
 	if res := qwenResult(t, r); r.exit != 0 || res.IsError || res.Result != fakellm.Text {
 		t.Fatalf("qwen: exit %d, %+v\nstderr: %s", r.exit, res, r.stderr)
 	}
+	chargedChatStreams(t, s, o, fake, in, out)
+
+	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+	r = blockedRun(t, s, o, fake, "qwen", func() clientRun { return runClient(t, "qwen", env, args...) })
+	res := qwenResult(t, r)
+	if r.exit == 0 || !res.IsError || !strings.HasPrefix(res.Error.Message, "Quota exhausted: Usage limit exceeded (day)") ||
+		!strings.Contains(res.Error.Message, s.askForMore()) {
+		t.Errorf("blocked, qwen: exit %d, %+v; want the usage-limit 429's message as a spent quota\nstderr: %s", r.exit, res, r.stderr)
+	}
+}
+
+// clientStack starts an AI tool's test away from the day's boundary by margin (its
+// runs and its blocked run within one day): a stack whose gateway fronts a fake provider
+// reporting in and out tokens for every answer, and the test organization set up.
+func clientStack(t *testing.T, margin time.Duration, in, out int64) (*fakellm.Server, *stack, org) {
+	t.Helper()
+	awayFromDayBoundary(t, margin)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	s := startStack(t, gatewayEnv(up.URL))
+	return fake, s, s.setUpOrg(t)
+}
+
+// chargedChatStreams requires every call the provider got to be a streamed Chat
+// Completions call of model asking for its usage, each charged exactly at in and out
+// tokens and none carrying the member's key (clientCalls), and waits until the member's
+// usage counts them.
+func chargedChatStreams(t *testing.T, s *stack, o org, fake *fakellm.Server, in, out int64) {
+	t.Helper()
 	for _, c := range fake.Calls() {
 		if c.API != fakellm.OpenAIChat || c.Model != model || !c.Stream || !c.IncludeUsage {
 			t.Errorf("the provider got %s %s (stream %v, include_usage %v), want %s streams of %s with their usage",
@@ -737,14 +767,12 @@ func TestQwenCodeThroughTheGateway(t *testing.T) {
 	}
 	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCost(in, 0, out))
 	s.waitUsed(t, o, n, cost)
+}
 
-	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
-	r = blockedRun(t, s, o, fake, "qwen", func() clientRun { return runClient(t, "qwen", env, args...) })
-	res := qwenResult(t, r)
-	if r.exit == 0 || !res.IsError || !strings.HasPrefix(res.Error.Message, "Quota exhausted: Usage limit exceeded (day)") ||
-		!strings.Contains(res.Error.Message, "You may ask for more: POST "+s.rest+"/v1/gateway/usage-limit-reset-requests") {
-		t.Errorf("blocked, qwen: exit %d, %+v; want the usage-limit 429's message as a spent quota\nstderr: %s", r.exit, res, r.stderr)
-	}
+// askForMore is how the usage-limit 429's message begins its way to ask for more, at
+// s's control plane.
+func (s *stack) askForMore() string {
+	return "You may ask for more: POST " + s.rest + "/v1/gateway/usage-limit-reset-requests"
 }
 
 // qwenResult is the result event of a `qwen --output-format json` run: the last element
@@ -772,14 +800,7 @@ func qwenResult(t *testing.T, r clientRun) (res struct {
 // statistics and telemetry off.
 func qwenCodeEnv(t *testing.T, s *stack, o org) []string {
 	t.Helper()
-	home := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(home, ".qwen"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(home, ".qwen", "settings.json"),
-		`{"security":{"auth":{"selectedType":"openai"}},`+
-			`"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`)
-	return []string{"HOME=" + home, "OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key,
+	return []string{"HOME=" + geminiSettingsHome(t, ".qwen", "openai"), "OPENAI_BASE_URL=" + s.gateway + "/v1", "OPENAI_API_KEY=" + o.key,
 		"OPENAI_MODEL=" + model, "TMPDIR=" + t.TempDir()}
 }
 
@@ -793,11 +814,8 @@ func qwenCodeEnv(t *testing.T, s *stack, o org) []string {
 // provider, then fails with the 429's whole message (the way to ask for more in it).
 func TestClineThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	awayFromDayBoundary(t, 4*time.Minute)
 	const in, out = 10_000, 2_000
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
-	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
+	fake, s, o := clientStack(t, 4*time.Minute, in, out)
 	// Its settings and sessions in a folder of the test's own (--data-dir), not ~/.cline.
 	data := t.TempDir()
 	env := []string{"HOME=" + t.TempDir()}
@@ -809,19 +827,12 @@ func TestClineThroughTheGateway(t *testing.T) {
 	if res := clineResult(t, r); r.exit != 0 || res.FinishReason != "completed" || res.Text != fakellm.Text {
 		t.Fatalf("cline: exit %d, %+v\nstderr: %s", r.exit, res, r.stderr)
 	}
-	for _, c := range fake.Calls() {
-		if c.API != fakellm.OpenAIChat || c.Model != model || !c.Stream || !c.IncludeUsage {
-			t.Errorf("the provider got %s %s (stream %v, include_usage %v), want a %s stream of %s with its usage",
-				c.API, c.Model, c.Stream, c.IncludeUsage, fakellm.OpenAIChat, model)
-		}
-	}
-	n, cost := clientCalls(t, s, fake, 0, o.key, catalogCost(in, 0, out))
-	s.waitUsed(t, o, n, cost)
+	chargedChatStreams(t, s, o, fake, in, out)
 
 	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
 	r = blockedRunRefused(t, s, o, fake, "cline", 6, func() clientRun { return runClient(t, "cline", env, args...) })
 	if res := clineResult(t, r); r.exit == 0 || res.FinishReason != "error" || !strings.HasPrefix(res.Text, "Usage limit exceeded (day)") ||
-		!strings.Contains(res.Text, "You may ask for more: POST "+s.rest+"/v1/gateway/usage-limit-reset-requests") {
+		!strings.Contains(res.Text, s.askForMore()) {
 		t.Errorf("blocked, cline: exit %d, %+v; want the usage-limit 429's message", r.exit, res)
 	}
 }

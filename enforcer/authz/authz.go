@@ -348,7 +348,9 @@ type deniedCache struct {
 
 // deniedKey is all of an answer a refusal is made of. The body is compared by identity:
 // the gate hands out the same bytes for the same body, and the entry keeps them alive,
-// so the address cannot be reused for another body while the entry exists.
+// so the address cannot be reused for another body while the entry exists. The answer's
+// Ask (X-Codex-Promo-Message) is no part of the key: the body's message says it, so the
+// same body has the same one.
 type deniedKey struct {
 	status     int
 	reason     gate.Reason // its headers and, mostly, its body
