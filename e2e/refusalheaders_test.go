@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // same headers, never cached (Cache-Control: no-store), through the gateway and through
 // deploy/envoy/envoy.yaml's filter chain: the usage-limit 429 (ext_authz's), and a body
 // of a coding nobody decodes (415, ext_proc's own). Before 2026-12-03, Envoy's had no
-// Cache-Control: only the gateway's HTTP writer added it.
+// Cache-Control: only the gateway's HTTP writer added it. The 429's way to ask for more
+// (X-Codex-Promo-Message) is the same through both too.
 func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 	t.Parallel()
 	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000} }}
@@ -63,10 +65,15 @@ func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 				t.Errorf("the gateway's Cache-Control %q", gh.Get("Cache-Control"))
 			}
 			// (Envoy's 415 also carries the usage state its check, before the body, added.)
-			for _, h := range []string{"Cache-Control", "Content-Type", "X-Service-Error-Code", "Retry-After", "X-Should-Retry"} {
+			for _, h := range []string{"Cache-Control", "Content-Type", "X-Service-Error-Code", "Retry-After", "X-Should-Retry", "X-Codex-Promo-Message"} {
 				if gh.Get(h) != eh.Get(h) {
 					t.Errorf("%s: gateway %q, Envoy %q", h, gh.Get(h), eh.Get(h))
 				}
+			}
+			// The 429's way to ask for more, for Codex (the policy allows asking), through
+			// both: ext_authz's denied response carries it as the gateway does.
+			if promo := gh.Get("X-Codex-Promo-Message"); (c.status == 429) != strings.HasPrefix(promo, s.askForMore()) {
+				t.Errorf("X-Codex-Promo-Message %q (status %d)", promo, c.status)
 			}
 		})
 	}
