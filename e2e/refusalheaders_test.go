@@ -2,7 +2,9 @@ package e2e_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,13 +14,15 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
 )
 
-// TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway: the same refusal answers the
+// TestAnswersHaveTheSameHeadersThroughEnvoyAndTheGateway: the same refusal answers the
 // same headers, never cached (Cache-Control: no-store), through the gateway and through
 // deploy/envoy/envoy.yaml's filter chain: the usage-limit 429 (ext_authz's), and a body
 // of a coding nobody decodes (415, ext_proc's own). Before 2026-12-03, Envoy's had no
 // Cache-Control: only the gateway's HTTP writer added it. The 429's way to ask for more
-// (X-Codex-Promo-Message) is the same through both too.
-func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
+// (X-Codex-Promo-Message) is the same through both too. An admitted response names the
+// member's limit in Codex's headers through both (ext_authz's response headers), as the
+// member's usage status says it.
+func TestAnswersHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 	t.Parallel()
 	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000} }}
 	up := httptest.NewServer(fake)
@@ -43,6 +47,13 @@ func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 		return res.StatusCode, res.Header
+	}
+	for _, base := range []string{s.gateway, front} {
+		o := s.setUpOrg(t)
+		want := codexLimitHeaders(s.status(t, o))
+		if code, h := send(base, o.key, "", chat); code != 200 || !maps.Equal(codexHeaders(h), want) {
+			t.Errorf("admitted through %s: %d, Codex's headers %v, want %v", base, code, codexHeaders(h), want)
+		}
 	}
 	send(s.gateway, spent.key, "", chat)
 	waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, spent).State == "blocked" })
@@ -76,5 +87,31 @@ func TestRefusalsHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 				t.Errorf("X-Codex-Promo-Message %q (status %d)", promo, c.status)
 			}
 		})
+	}
+}
+
+// codexHeaders are a response's headers of Codex's rate-limit family
+// (x-codex-primary-*, x-codex-secondary-*), by lower-case name.
+func codexHeaders(h http.Header) map[string]string {
+	got := map[string]string{}
+	for k := range h {
+		if k := strings.ToLower(k); strings.HasPrefix(k, "x-codex-primary-") || strings.HasPrefix(k, "x-codex-secondary-") {
+			got[k] = h.Get(k)
+		}
+	}
+	return got
+}
+
+// codexLimitHeaders are Codex's rate-limit headers a member whose usage status is st
+// is admitted with, written out from the status: its one limited window (the tests'
+// policies limit the day) as primary, the share used in tenths of a percent (rounded
+// down), the window's length in minutes and its reset in Unix seconds.
+func codexLimitHeaders(st status) map[string]string {
+	b := st.Buckets[0]
+	perMille := b.UsedMicroUsd * 1000 / b.AllowanceMicroUsd
+	return map[string]string{
+		"x-codex-primary-used-percent":   fmt.Sprintf("%d.%d", perMille/10, perMille%10),
+		"x-codex-primary-window-minutes": fmt.Sprint(int64(b.ResetAt.Sub(b.WindowStart) / time.Minute)),
+		"x-codex-primary-reset-at":       fmt.Sprint(b.ResetAt.Unix()),
 	}
 }

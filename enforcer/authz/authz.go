@@ -328,8 +328,11 @@ func (s *Server) admitted(a *gate.Answer, in *checkInput) *authv3.CheckResponse 
 	// Envoy removes each by its name as sent, every parameter of that name, and then
 	// writes the query's parameters in their names' order.
 	ok.QueryParametersToRemove = in.notUpstream
-	if a.UsageState != "" {
-		ok.ResponseHeadersToAdd = []*corev3.HeaderValueOption{header(gate.HeaderUsageState, a.UsageState)}
+	if hs := a.AdmittedHeaders(); len(hs) > 0 {
+		ok.ResponseHeadersToAdd = make([]*corev3.HeaderValueOption, len(hs))
+		for i, h := range hs {
+			ok.ResponseHeadersToAdd[i] = header(h.Name, h.Value)
+		}
 	}
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
 		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}

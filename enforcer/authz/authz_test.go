@@ -159,6 +159,30 @@ func TestAdmissionSwapsCredentials(t *testing.T) {
 	}
 }
 
+// An admission's client response headers are its usage state and the member's limits in
+// Codex's headers (gate.Answer.AdmittedHeaders), each overwriting one of the same name
+// the upstream sends.
+func TestAdmittedResponseHeadersNameTheLimits(t *testing.T) {
+	s := New(nil, Upstream{})
+	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1", UsageState: "within_limit",
+		Limits: gate.Limits{Primary: gate.LimitWindow{Used: 5, Allowance: 1_000, Start: 1_800_000_000, End: 1_800_086_400},
+			Secondary: gate.LimitWindow{Used: 700, Allowance: 1_000, Start: 1_799_913_600, End: 1_800_518_400}}}
+	ok := s.admitted(&a, &checkInput{cred: gate.Credentials{APIKey: "tgk_k"}}).GetOkResponse()
+	var got []string
+	for _, h := range ok.GetResponseHeadersToAdd() {
+		if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
+			t.Errorf("%s is not overwritten: %v", h.GetHeader().GetKey(), h.GetAppendAction())
+		}
+		got = append(got, h.GetHeader().GetKey()+": "+h.GetHeader().GetValue())
+	}
+	want := []string{"X-Service-Usage-State: within_limit",
+		"X-Codex-Primary-Used-Percent: 0.5", "X-Codex-Primary-Window-Minutes: 1440", "X-Codex-Primary-Reset-At: 1800086400",
+		"X-Codex-Secondary-Used-Percent: 70.0", "X-Codex-Secondary-Window-Minutes: 10080", "X-Codex-Secondary-Reset-At: 1800518400"}
+	if !slices.Equal(got, want) {
+		t.Errorf("client response headers\n%q\nwant\n%q", got, want)
+	}
+}
+
 // An InvokeModel request asks for Bedrock's priority tier and its latency-optimized
 // inference by headers: the check's worst case is priced at the dearer, as the gateway's
 // is; a body without the headers, or no body, asks for nothing.

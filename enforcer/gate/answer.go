@@ -100,9 +100,18 @@ type Answer struct {
 	UsageState string
 	// RetryAfter is the Retry-After value in seconds (429).
 	RetryAfter string
-	// Ask is, on a usage-limit 429 whose listed window lets the member ask for more, the
-	// message's sentence saying how (askForMore), sent again as X-Codex-Promo-Message.
-	Ask string
+	// Limits are, when admitted on a member's record, the member's limited windows as
+	// the check found them, sent to the client in Codex's rate-limit headers
+	// (AdmittedHeaders).
+	Limits Limits
+	// ask is, on a usage-limit 429 whose listed window lets the member ask for more, the
+	// message's sentence saying how (Ask), unless kept is set.
+	ask string
+	// kept is the kept refusal (of keptBy) a blocked member was refused from, if any:
+	// its way to ask is found from it when the headers are written (Ask), not on every
+	// check, since ext_authz mostly answers from the response it encoded before.
+	kept   *blockedEntry
+	keptBy *BlockedMembers
 	// Body is the JSON body of a refusal: the reason's, or one rendered for this answer
 	// (429, 403). The reasons' bodies and a blocked member's kept 429 body are shared
 	// bytes, handed out again for the same body (package authz keys on them).
@@ -137,10 +146,20 @@ func (a *Answer) DeniedHeaders() []Header {
 			h[i].Value = a.UsageState
 		}
 	}
-	if a.Ask != "" && printableASCII(a.Ask) {
-		h = append(h, Header{HeaderCodexPromoMessage, a.Ask})
+	if ask := a.Ask(); ask != "" && printableASCII(ask) {
+		h = append(h, Header{HeaderCodexPromoMessage, ask})
 	}
 	return h
+}
+
+// Ask is, on a usage-limit 429 whose listed window lets the member ask for more, the
+// message's sentence saying how (askForMore), sent again as X-Codex-Promo-Message;
+// empty on any other answer.
+func (a *Answer) Ask() string {
+	if a.kept != nil {
+		return a.keptBy.askOf(a.kept.key, a.kept.member)
+	}
+	return a.ask
 }
 
 func printableASCII(s string) bool {

@@ -260,7 +260,7 @@ func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 	want.RetryAfter = "1269000" // 05:00 on October 1st - 12:30:00.5 on September 16th, rounded up
 	if got.Status != want.Status || got.Decision != want.Decision || got.Reason != want.Reason || got.UsageState != want.UsageState ||
 		got.Reason.ErrorCode() != want.Reason.ErrorCode() || got.RetryAfter != want.RetryAfter || !bytes.Equal(got.Body, want.Body) ||
-		want.Ask == "" || got.Ask != want.Ask {
+		want.Ask() == "" || got.Ask() != want.Ask() {
 		t.Fatalf("kept %+v\nfresh %+v", got, want)
 	}
 }

@@ -679,7 +679,7 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 			Snapshot: snap, Durable: true, Guarded: guarded, Reservation: reservation, AdmittedAt: now,
 			RefuseUnpriced: d.RefuseUnpriced, PricedModelKeys: d.PricedModelKeys})
 		return Answer{Status: 200, Decision: Admitted, Reason: admissionReason(d.State), RequestID: reqID, UsageState: string(d.State),
-			Guarded: guarded}, false, nil
+			Limits: limitsOf(d), Guarded: guarded}, false, nil
 	case internalv1.StartOutcome_START_OUTCOME_CAPTURE_SUSPENDED:
 		return Refusal(ReasonCaptureSuspended), false, nil
 	case internalv1.StartOutcome_START_OUTCOME_EPOCH_CHANGED:

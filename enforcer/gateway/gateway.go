@@ -554,7 +554,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 		refuse(w, a)
 		return false
 	}
-	p.id, p.state, p.body, p.est = a.RequestID, a.UsageState, body, hint.Body
+	p.id, p.state, p.limits, p.body, p.est = a.RequestID, a.UsageState, a.Limits, body, hint.Body
 	p.guarded = a.Guarded
 	return true
 }
@@ -775,6 +775,9 @@ type proxied struct {
 	// admission nobody can be charged for: it is proxied and not settled).
 	id    string
 	state string
+	// limits are the member's limited windows the admission found, sent in Codex's
+	// rate-limit headers (gate.Limits).
+	limits gate.Limits
 	// org and member are whom the check named (the admission's: whose the request's
 	// usage is), for the access log and for a session whose check mid-session names
 	// nobody (named).
@@ -1333,6 +1336,10 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	p.redirectThroughGateway(h, resp.Request)
 	if p.state != "" {
 		h.Set(gate.HeaderUsageState, p.state)
+	}
+	var limits [6]gate.Header
+	for _, l := range p.limits.AppendHeaders(limits[:0]) {
+		h[l.Name] = []string{l.Value} // canonical names; the upstream's of the same name replaced
 	}
 	p.nameRequest(h)
 	w.WriteHeader(resp.StatusCode)

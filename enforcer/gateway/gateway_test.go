@@ -49,6 +49,9 @@ type fakeGate struct {
 	hints   []gate.Hint
 }
 
+// testLimits are the admitted member's: a quarter of a day's allowance used.
+var testLimits = gate.Limits{Primary: gate.LimitWindow{Used: 250_000, Allowance: 1_000_000, Start: 1_800_000_000, End: 1_800_086_400}}
+
 // Trailing opens nothing: no session of these tests is refused mid-way.
 func (f *fakeGate) Trailing(string, string) string { return "" }
 
@@ -58,7 +61,7 @@ func (f *fakeGate) CheckRequest(_ context.Context, c gate.Credentials, h gate.Hi
 	f.mu.Unlock()
 	switch key := fakeKey(c); key {
 	case "tgk_good":
-		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit",
+		return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: "req_test", UsageState: "within_limit", Limits: testLimits,
 			MemberID: "om_test", OrganizationID: "org_test", Took: 1234 * time.Microsecond, RecordWait: 212 * time.Microsecond, StartWait: 845 * time.Microsecond}, nil
 	case "tgk_blocked":
 		return f.blocked, nil
@@ -254,8 +257,9 @@ const chatBody = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user
 // The upstream sees the provider's credential, the request id, the path and query
 // unchanged, a body asking for usage, and only the offered codings the extractor reads;
 // never the member's key or a client's X-Service-* header. The client sees the upstream's status and headers, the usage
-// state, the request id (the gateway's, not one the upstream sent), and the body; the
-// request is settled with the usage read from it.
+// state, the member's limits in Codex's headers (the gateway's, not the upstream's), the
+// request id (the gateway's, not one the upstream sent), and the body; the request is
+// settled with the usage read from it.
 func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	var got *http.Request
 	var gotBody string
@@ -266,6 +270,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Upstream", "yes")
 		w.Header().Set("X-Service-Request-Id", "req_from_the_upstream") // replaced by the gateway's
+		w.Header().Set("X-Codex-Primary-Used-Percent", "99")            // the provider account's: replaced too
 		w.WriteHeader(200)
 		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini-2024-07-18"}`+"\n\n")
 		_, _ = io.WriteString(w, `data: {"choices":[],"model":"gpt-4o-mini-2024-07-18","usage":{"prompt_tokens":12,"completion_tokens":3}}`+"\n\ndata: [DONE]\n\n")
@@ -281,6 +286,11 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	if res.StatusCode != 200 || res.Header.Get("X-Upstream") != "yes" || res.Header.Get("X-Service-Usage-State") != "within_limit" ||
 		res.Header.Get("X-Service-Request-Id") != "req_test" || !strings.Contains(string(body), "Hello") {
 		t.Fatalf("client got %d %v %s", res.StatusCode, res.Header, body)
+	}
+	if got := [3][]string{res.Header.Values("X-Codex-Primary-Used-Percent"), res.Header.Values("X-Codex-Primary-Window-Minutes"),
+		res.Header.Values("X-Codex-Primary-Reset-At")}; !slices.Equal(got[0], []string{"25.0"}) || !slices.Equal(got[1], []string{"1440"}) ||
+		!slices.Equal(got[2], []string{"1800086400"}) || res.Header.Get("X-Codex-Secondary-Used-Percent") != "" {
+		t.Fatalf("client got the limits %v", res.Header)
 	}
 	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
 		got.Header.Get("X-Api-Key") != "" || got.Header.Get("X-Service-Request-Id") != "req_test" || got.Header.Get("X-Service-Whatever") != "" ||

@@ -1,0 +1,93 @@
+package gate
+
+import (
+	"strconv"
+
+	"github.com/tollgate-dev/tollgate/enforcer/decision"
+)
+
+// Codex's rate-limit headers. OpenAI's Codex reads them on every response, from any
+// provider (a provider of its own with an API key too: seen with Codex 0.171), and shows
+// the member where its limits stand: its status line and /status ("Daily limit: 43%
+// used, resets 05:00"), and the account/rateLimits/updated notification its app server
+// sends to IDE extensions. An admitted answer sends the member's own windows in them
+// (Limits), so a Codex user sees the Tollgate limit before meeting it.
+const (
+	HeaderCodexPrimaryUsedPercent     = "X-Codex-Primary-Used-Percent"
+	HeaderCodexPrimaryWindowMinutes   = "X-Codex-Primary-Window-Minutes"
+	HeaderCodexPrimaryResetAt         = "X-Codex-Primary-Reset-At"
+	HeaderCodexSecondaryUsedPercent   = "X-Codex-Secondary-Used-Percent"
+	HeaderCodexSecondaryWindowMinutes = "X-Codex-Secondary-Window-Minutes"
+	HeaderCodexSecondaryResetAt       = "X-Codex-Secondary-Reset-At"
+)
+
+// LimitWindow is one limited window of a member's as a check found it: what was used
+// (before the request) and allowed in it, in micro-USD, and when it began and resets
+// (Unix seconds).
+type LimitWindow struct {
+	Used, Allowance int64
+	Start, End      int64
+}
+
+// Limits are the windows an admitted answer reports (Headers): the primary, the
+// member's shortest limited window, and the secondary, the longer limited window
+// nearest its limit (the first of those, on a tie). Codex shows two windows, each
+// labelled by its length; a member limited by the day, the week and the month so sees
+// the day and whichever longer window binds first. An absent window has End 0.
+type Limits struct{ Primary, Secondary LimitWindow }
+
+// limitsOf are the limits of a decision's limited buckets (day, week, month: shortest
+// first).
+func limitsOf(d *decision.Decision) Limits {
+	var l Limits
+	for i := range d.Buckets {
+		b := &d.Buckets[i]
+		if !b.Limited {
+			continue
+		}
+		w := LimitWindow{Used: b.Used, Allowance: b.Allowance, Start: b.Window.Start.Unix(), End: b.Window.End.Unix()}
+		switch {
+		case l.Primary.End == 0:
+			l.Primary = w
+		case l.Secondary.End == 0 || w.usedPerMille() > l.Secondary.usedPerMille():
+			l.Secondary = w
+		}
+	}
+	return l
+}
+
+// usedPerMille is the share of the allowance used, in thousandths (a zero allowance is
+// all used; over 1000 when a soft limit was passed).
+func (w LimitWindow) usedPerMille() int64 {
+	if w.Allowance <= 0 {
+		return 1000
+	}
+	return max(w.Used, 0) * 1000 / w.Allowance
+}
+
+// AppendHeaders appends Codex's rate-limit headers of the windows there are.
+func (l *Limits) AppendHeaders(h []Header) []Header {
+	h = l.Primary.appendHeaders(h, HeaderCodexPrimaryUsedPercent, HeaderCodexPrimaryWindowMinutes, HeaderCodexPrimaryResetAt)
+	return l.Secondary.appendHeaders(h, HeaderCodexSecondaryUsedPercent, HeaderCodexSecondaryWindowMinutes, HeaderCodexSecondaryResetAt)
+}
+
+func (w LimitWindow) appendHeaders(h []Header, used, minutes, resetAt string) []Header {
+	if w.End == 0 {
+		return h
+	}
+	p := w.usedPerMille()
+	return append(h,
+		Header{used, strconv.FormatInt(p/10, 10) + "." + strconv.FormatInt(p%10, 10)},
+		Header{minutes, strconv.FormatInt((w.End-w.Start)/60, 10)},
+		Header{resetAt, strconv.FormatInt(w.End, 10)})
+}
+
+// AdmittedHeaders are the headers an admitted request's response gets: its usage state
+// (X-Service-Usage-State) and its limits' (Limits).
+func (a *Answer) AdmittedHeaders() []Header {
+	var h []Header
+	if a.UsageState != "" {
+		h = append(make([]Header, 0, 7), Header{HeaderUsageState, a.UsageState})
+	}
+	return a.Limits.AppendHeaders(h)
+}
