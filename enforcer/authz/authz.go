@@ -329,9 +329,13 @@ func (s *Server) admitted(a *gate.Answer, in *checkInput) *authv3.CheckResponse 
 	// writes the query's parameters in their names' order.
 	ok.QueryParametersToRemove = in.notUpstream
 	if hs := a.AdmittedHeaders(); len(hs) > 0 {
+		// One allocation of each kind for all of them: up to seven on every admission.
+		opts, values := make([]corev3.HeaderValueOption, len(hs)), make([]corev3.HeaderValue, len(hs))
 		ok.ResponseHeadersToAdd = make([]*corev3.HeaderValueOption, len(hs))
 		for i, h := range hs {
-			ok.ResponseHeadersToAdd[i] = header(h.Name, h.Value)
+			values[i].Key, values[i].Value = h.Name, h.Value
+			opts[i].Header, opts[i].AppendAction = &values[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+			ok.ResponseHeadersToAdd[i] = &opts[i]
 		}
 	}
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},

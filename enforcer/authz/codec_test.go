@@ -399,3 +399,31 @@ func BenchmarkCodecDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAdmittedResponse builds and encodes an admission's CheckResponse: a member
+// without a limit (only the usage state goes to the client) and one limited by the day
+// and the month (Codex's six rate-limit headers too: gate.Limits).
+//
+// Run: go test -run '^$' -bench AdmittedResponse -benchmem -count 4 ./enforcer/authz
+func BenchmarkAdmittedResponse(b *testing.B) {
+	limited := gate.Limits{Primary: gate.LimitWindow{Used: 250_000, Allowance: 1_000_000, Start: 1_800_000_000, End: 1_800_086_400},
+		Secondary: gate.LimitWindow{Used: 7_000_000, Allowance: 10_000_000, Start: 1_799_000_000, End: 1_801_592_000}}
+	for _, bc := range []struct {
+		name   string
+		limits gate.Limits
+	}{{"unlimited", gate.Limits{}}, {"day_and_month", limited}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := New(nil, Upstream{Authorization: "Bearer sk-provider"})
+			c := s.Codec()
+			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_01kbx3r1b6e1r0g8f1v6m7c2qz",
+				UsageState: "within_limit", Limits: bc.limits}
+			in := &checkInput{cred: gate.Credentials{APIKey: "tgk_k"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Marshal(s.admitted(&a, in)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -65,21 +65,37 @@ func (w LimitWindow) usedPerMille() int64 {
 	return max(w.Used, 0) * 1000 / w.Allowance
 }
 
-// AppendHeaders appends Codex's rate-limit headers of the windows there are.
+// AppendHeaders appends Codex's rate-limit headers of the windows there are. Their
+// values are cut from one string: one allocation for all of them, on every admission.
 func (l *Limits) AppendHeaders(h []Header) []Header {
-	h = l.Primary.appendHeaders(h, HeaderCodexPrimaryUsedPercent, HeaderCodexPrimaryWindowMinutes, HeaderCodexPrimaryResetAt)
-	return l.Secondary.appendHeaders(h, HeaderCodexSecondaryUsedPercent, HeaderCodexSecondaryWindowMinutes, HeaderCodexSecondaryResetAt)
-}
-
-func (w LimitWindow) appendHeaders(h []Header, used, minutes, resetAt string) []Header {
-	if w.End == 0 {
+	if l.Primary.End == 0 {
 		return h
 	}
-	p := w.usedPerMille()
-	return append(h,
-		Header{used, strconv.FormatInt(p/10, 10) + "." + strconv.FormatInt(p%10, 10)},
-		Header{minutes, strconv.FormatInt((w.End-w.Start)/60, 10)},
-		Header{resetAt, strconv.FormatInt(w.End, 10)})
+	var buf [96]byte
+	b, ends := buf[:0], [6]int{}
+	for i, w := range [2]LimitWindow{l.Primary, l.Secondary} {
+		if w.End == 0 {
+			break
+		}
+		p := w.usedPerMille()
+		b = strconv.AppendInt(b, p/10, 10)
+		b = append(b, '.', byte('0'+p%10))
+		ends[3*i] = len(b)
+		b = strconv.AppendInt(b, (w.End-w.Start)/60, 10)
+		ends[3*i+1] = len(b)
+		b = strconv.AppendInt(b, w.End, 10)
+		ends[3*i+2] = len(b)
+	}
+	values, start := string(b), 0
+	for i, name := range [6]string{HeaderCodexPrimaryUsedPercent, HeaderCodexPrimaryWindowMinutes, HeaderCodexPrimaryResetAt,
+		HeaderCodexSecondaryUsedPercent, HeaderCodexSecondaryWindowMinutes, HeaderCodexSecondaryResetAt} {
+		if ends[i] == 0 {
+			break
+		}
+		h = append(h, Header{name, values[start:ends[i]]})
+		start = ends[i]
+	}
+	return h
 }
 
 // AdmittedHeaders are the headers an admitted request's response gets: its usage state

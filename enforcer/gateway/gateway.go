@@ -1338,8 +1338,12 @@ func (p *proxied) respond(w http.ResponseWriter) {
 		h.Set(gate.HeaderUsageState, p.state)
 	}
 	var limits [6]gate.Header
-	for _, l := range p.limits.AppendHeaders(limits[:0]) {
-		h[l.Name] = []string{l.Value} // canonical names; the upstream's of the same name replaced
+	if ls := p.limits.AppendHeaders(limits[:0]); len(ls) > 0 {
+		values := make([]string, len(ls)) // one allocation for all of them
+		for i, l := range ls {
+			values[i] = l.Value
+			h[l.Name] = values[i : i+1 : i+1] // canonical names; the upstream's of the same name replaced
+		}
 	}
 	p.nameRequest(h)
 	w.WriteHeader(resp.StatusCode)
