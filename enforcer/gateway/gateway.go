@@ -1324,6 +1324,23 @@ func (p *proxied) nameRequest(h http.Header) {
 	}
 }
 
+// admittedHeaders sets the admission's headers for the client: the usage state and the
+// member's limits in Codex's headers (gate.Limits), replacing the upstream's of the same
+// names.
+func (p *proxied) admittedHeaders(h http.Header) {
+	if p.state != "" {
+		h.Set(gate.HeaderUsageState, p.state)
+	}
+	var limits [6]gate.Header
+	if ls := p.limits.AppendHeaders(limits[:0]); len(ls) > 0 {
+		values := make([]string, len(ls)) // one allocation for all of them
+		for i, l := range ls {
+			values[i] = l.Value
+			h[l.Name] = values[i : i+1 : i+1] // canonical names
+		}
+	}
+}
+
 // respond sends the upstream's status and headers to the client and readies the relay:
 // the usage extractor, the idle timer, the stream's read buffer.
 func (p *proxied) respond(w http.ResponseWriter) {
@@ -1334,17 +1351,7 @@ func (p *proxied) respond(w http.ResponseWriter) {
 		AllowOrigin(h) // the gateway's policy, not the upstream's (cors.go)
 	}
 	p.redirectThroughGateway(h, resp.Request)
-	if p.state != "" {
-		h.Set(gate.HeaderUsageState, p.state)
-	}
-	var limits [6]gate.Header
-	if ls := p.limits.AppendHeaders(limits[:0]); len(ls) > 0 {
-		values := make([]string, len(ls)) // one allocation for all of them
-		for i, l := range ls {
-			values[i] = l.Value
-			h[l.Name] = values[i : i+1 : i+1] // canonical names; the upstream's of the same name replaced
-		}
-	}
+	p.admittedHeaders(h)
 	p.nameRequest(h)
 	w.WriteHeader(resp.StatusCode)
 	p.rc = http.NewResponseController(w)
