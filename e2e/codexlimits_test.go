@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"testing"
@@ -13,31 +14,124 @@ import (
 )
 
 // TestCodexShowsTheMembersLimit: Codex reads the rate-limit headers of every response
-// (x-codex-primary-*) and shows where its user's limits stand (its status line, /status,
-// and the account/rateLimits/updated notification its app server sends to IDE
-// extensions). Through the gateway they are the member's Tollgate limit: Codex's app
-// server (`codex app-server`, the JSON-RPC over standard input and output that Codex's
-// IDE extensions speak), with a provider of its own at the gateway as docs/gateway.md
-// shows, runs two turns of one thread. A turn is one call or more (the second here is
-// two: Codex's answer, and a call of its own after it); Codex announces the limits
-// as the calls' responses come. The first it announces in a turn says the day's limit is used as much as
-// the member's usage status said before the turn (0%, then what the first turn cost),
-// the window a day long and resetting when the status says; any later one, no less
-// and no more than the turn's calls had cost by the end.
+// (x-codex-primary-*), and in a Responses WebSocket session its codex.rate_limits
+// events, and shows where its user's limits stand (its status line, /status, and the
+// account/rateLimits/updated notification its app server sends to IDE extensions).
+// Through the gateway they are the member's Tollgate limit. Codex's app server (`codex
+// app-server`, the JSON-RPC over standard input and output that Codex's IDE extensions
+// speak), with a provider of its own at the gateway as docs/gateway.md shows, over HTTP
+// and over the Responses WebSocket, runs two turns of one thread. A turn is one call
+// or more (the second over HTTP is two: Codex's answer, and a call of its own after
+// it; over the WebSocket a warmup and the turn); Codex announces the limits as the
+// calls are admitted or answered. Each says the day's limit is used no less than the
+// member's usage status said before the turn and no more than after it, the window a
+// day long and resetting when the status says; the second turn's first says exactly
+// what the status said before it (the first turn's charges all applied: over HTTP 0%,
+// then what the first turn cost). (Over the WebSocket Codex sends the session's warmup
+// as the thread starts, so its first turn may already see the warmup's cost.)
 func TestCodexShowsTheMembersLimit(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
-	// 0.15 USD a call at the organization's price of model, of a 1 USD day.
-	const in, out = 500_000, 125_000
-	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: in, OutputTokens: out})
+	// A few percent of a 1 USD day a call.
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 100_000, OutputTokens: 20_000})
 	s := startStack(t, gatewayEnv(up.URL))
-	o := s.setUpOrg(t)
-	env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key}
+	for _, tc := range []struct {
+		name, model, provider string
+	}{
+		{"HTTP", model, `wire_api="responses"`},
+		// A model Codex knows: its session opens with a warmup.
+		{"the Responses WebSocket", "gpt-5.5", `wire_api="responses",supports_websockets=true`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// answered counts the provider's answers: its HTTP calls, and the responses
+			// it sent over the WebSocket; each is charged.
+			answered := func() int {
+				n := fake.ResponsesAnswered()
+				for _, c := range fake.Calls() {
+					if c.API != fakellm.OpenAIResponsesWebSocket {
+						n++
+					}
+				}
+				return n
+			}
+			base := answered()
+			o := s.setUpOrg(t)
+			// The price of model for any model, so that a call is a few percent.
+			s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": []map[string]any{{
+				"model": tc.model, "inputMicroUsdPerMillion": inputPrice, "outputMicroUsdPerMillion": outputPrice,
+				"cachedInputMicroUsdPerMillion": cachedPrice}}}, nil)
+			app := startCodexAppServer(t, []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "TOLLGATE_API_KEY=" + o.key},
+				"-c", `model_providers.tollgate={name="Tollgate",base_url="`+s.gateway+`/v1",env_key="TOLLGATE_API_KEY",`+tc.provider+`}`,
+				"-c", "model_provider=tollgate")
+			var thread struct{ Thread struct{ ID string } }
+			app.result(app.call("thread/start", map[string]any{"model": tc.model}), &thread)
+			used := int64(0)
+			for turn := range 2 {
+				b := s.status(t, o).Buckets[0]
+				if b.UsedMicroUsd != used {
+					t.Fatalf("turn %d: the status says %d used, want %d", turn+1, b.UsedMicroUsd, used)
+				}
+				announced := app.turn(thread.Thread.ID, "How are tolls paid?")
+				after := chargedSum(t, s, o, answered()-base)
+				percent := func(used int64) float64 { return math.Round(float64(used) * 100 / float64(b.AllowanceMicroUsd)) }
+				if len(announced) == 0 {
+					t.Fatalf("turn %d: Codex did not announce the limits", turn+1)
+				}
+				for i, l := range announced {
+					if l.Primary == nil || l.Secondary != nil {
+						t.Fatalf("turn %d: Codex says the limits are %+v, want the day's only", turn+1, l)
+					}
+					got := *l.Primary
+					t.Logf("turn %d: Codex announces %+v", turn+1, got)
+					if got.WindowDurationMins != int64(b.ResetAt.Sub(b.WindowStart)/time.Minute) || got.ResetsAt != b.ResetAt.Unix() {
+						t.Errorf("turn %d: Codex says the window is %d minutes long and resets at %d; the status says %s - %s",
+							turn+1, got.WindowDurationMins, got.ResetsAt, b.WindowStart, b.ResetAt)
+					}
+					if got.UsedPercent < percent(used) || got.UsedPercent > percent(after) ||
+						(turn == 1 && i == 0 && got.UsedPercent != percent(used)) {
+						t.Errorf("turn %d: Codex's announcement %d says %v%% used; the status said %v%% before the turn, %v%% after it",
+							turn+1, i+1, got.UsedPercent, percent(used), percent(after))
+					}
+				}
+				used = after
+			}
+			if used >= 1_000_000 || percent0(used) == 0 {
+				t.Fatalf("the turns cost %d micro-USD: the second turn's percentage proves nothing", used)
+			}
+		})
+	}
+}
+
+// percent0 is the whole percent of a 1 USD day that used is.
+func percent0(used int64) int64 { return used * 100 / 1_000_000 }
+
+// chargedSum waits until o has n charged receipts and the member's usage status says
+// what they add up to, and returns the sum. (A settlement is written to the enforcers'
+// mirror before it is answered.)
+func chargedSum(t *testing.T, s *stack, o org, n int) int64 {
+	t.Helper()
+	var sum int64
+	waitFor(t, 15*time.Second, fmt.Sprintf("%d charges settled", n), func() bool {
+		charged := chargedReceipts(t, s, o)
+		sum = 0
+		for _, r := range charged {
+			var cost int64
+			if _, err := fmt.Sscan(r, &cost); err != nil {
+				t.Fatalf("receipt %q: %v", r, err)
+			}
+			sum += cost
+		}
+		return len(charged) == n && s.status(t, o).Buckets[0].UsedMicroUsd == sum
+	})
+	return sum
+}
+
+// startCodexAppServer starts `codex app-server` (args after it) with env, initialized,
+// and ends it when the test ends.
+func startCodexAppServer(t *testing.T, env []string, args ...string) *codexAppServer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd, _, stderr := clientCommand(ctx, t, "codex", env, "app-server",
-		"-c", `model_providers.tollgate={name="Tollgate",base_url="`+s.gateway+`/v1",env_key="TOLLGATE_API_KEY",wire_api="responses"}`,
-		"-c", "model_provider=tollgate")
+	cmd, _, stderr := clientCommand(ctx, t, "codex", env, append([]string{"app-server"}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -48,54 +142,18 @@ func TestCodexShowsTheMembersLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = w.CloseWithError(cmd.Wait()) }()
-	defer func() {
+	t.Cleanup(func() {
 		_ = stdin.Close()
 		cancel()
 		if t.Failed() {
 			t.Logf("codex app-server's standard error:\n%s", stderr)
 		}
-	}()
+	})
 	app := &codexAppServer{t: t, in: stdin, out: bufio.NewScanner(stdout)}
 	app.out.Buffer(make([]byte, 0, 64*1024), 4<<20)
 	app.call("initialize", map[string]any{"clientInfo": map[string]string{"name": "tollgate-e2e", "title": "Tollgate e2e", "version": "1"}})
 	app.notify("initialized")
-	var thread struct{ Thread struct{ ID string } }
-	app.result(app.call("thread/start", map[string]any{"model": model}), &thread)
-
-	settled, used := 0, int64(0)
-	for turn := range 2 {
-		st := s.status(t, o)
-		b := st.Buckets[0]
-		if b.UsedMicroUsd != used {
-			t.Fatalf("turn %d: the status says %d used, want %d", turn+1, b.UsedMicroUsd, used)
-		}
-		before := len(fake.Calls())
-		announced := app.turn(thread.Thread.ID, "How are tolls paid?")
-		n, cost := clientCalls(t, s, fake, before, o.key, catalogCost(in, 0, out))
-		percent := func(used int64) float64 { return math.Round(float64(used) * 100 / float64(b.AllowanceMicroUsd)) }
-		want := codexWindow{UsedPercent: percent(used), WindowDurationMins: int64(b.ResetAt.Sub(b.WindowStart) / time.Minute), ResetsAt: b.ResetAt.Unix()}
-		if len(announced) == 0 {
-			t.Fatalf("turn %d: Codex did not announce the limits (%d calls)", turn+1, n)
-		}
-		for i, l := range announced {
-			if l.Primary == nil || l.Secondary != nil {
-				t.Fatalf("turn %d: Codex says the limits are %+v, want the day's only", turn+1, l)
-			}
-			got := *l.Primary
-			t.Logf("turn %d: Codex announces %+v", turn+1, got)
-			if i > 0 && got.UsedPercent >= want.UsedPercent && got.UsedPercent <= percent(used+cost) {
-				got.UsedPercent = want.UsedPercent // used by the turn's earlier calls, or not yet
-			}
-			if got != want {
-				t.Errorf("turn %d: Codex's announcement %d of the limits says %+v, want %+v", turn+1, i+1, *l.Primary, want)
-			}
-		}
-		settled, used = settled+n, used+cost
-		s.waitUsed(t, o, settled, used)
-	}
-	if used == 0 || used >= 1_000_000 {
-		t.Fatalf("the turns cost %d micro-USD: the second turn's percentage proves nothing", used)
-	}
+	return app
 }
 
 // codexAppServer speaks Codex's app server protocol: JSON-RPC 2.0 messages, one a line,

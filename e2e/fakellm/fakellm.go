@@ -369,7 +369,10 @@ type Server struct {
 
 	mu    sync.Mutex
 	calls []Call
-	seq   int
+	// wsAnswered counts the responses answered over the Responses WebSocket so far
+	// (ResponsesAnswered).
+	wsAnswered int
+	seq        int
 }
 
 // record keeps call c of request r, numbered n: a valid one is answered gzip when r
@@ -405,6 +408,14 @@ func (s *Server) countMessages(at, got int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[at].Body = []byte(fmt.Sprint(got))
+}
+
+// ResponsesAnswered is how many responses the Responses WebSocket sessions were sent
+// so far, each to its end: a session's Call counts its messages only when it ends.
+func (s *Server) ResponsesAnswered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wsAnswered
 }
 
 // Calls returns the requests received so far, in order.

@@ -87,5 +87,8 @@ func (s *Server) responsesWebSocket(w http.ResponseWriter, r *http.Request) {
 		if werr != nil {
 			return
 		}
+		s.mu.Lock()
+		s.wsAnswered++
+		s.mu.Unlock()
 	}
 }

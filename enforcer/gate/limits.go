@@ -65,6 +65,13 @@ func (w LimitWindow) usedPerMille() int64 {
 	return max(w.Used, 0) * 1000 / w.Allowance
 }
 
+// appendUsedPercent appends the share used in percent, one decimal (usedPerMille).
+func (w LimitWindow) appendUsedPercent(b []byte) []byte {
+	p := w.usedPerMille()
+	b = strconv.AppendInt(b, p/10, 10)
+	return append(b, '.', byte('0'+p%10))
+}
+
 // AppendHeaders appends Codex's rate-limit headers of the windows there are. Their
 // values are cut from one string: one allocation for all of them, on every admission.
 func (l *Limits) AppendHeaders(h []Header) []Header {
@@ -77,9 +84,7 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 		if w.End == 0 {
 			break
 		}
-		p := w.usedPerMille()
-		b = strconv.AppendInt(b, p/10, 10)
-		b = append(b, '.', byte('0'+p%10))
+		b = w.appendUsedPercent(b)
 		ends[3*i] = len(b)
 		b = strconv.AppendInt(b, (w.End-w.Start)/60, 10)
 		ends[3*i+1] = len(b)
@@ -96,6 +101,36 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 		start = ends[i]
 	}
 	return h
+}
+
+// AppendCodexEvent appends the limits as the event Codex reads of a Responses API
+// WebSocket session, where no response has headers: {"type":"codex.rate_limits",
+// "rate_limits":{"allowed":true,"limit_reached":false,"primary":{"used_percent":...,
+// "window_minutes":...,"reset_at":...},"secondary":{...}}}, the numbers those of the
+// headers. Nothing is appended without a limited window.
+func (l *Limits) AppendCodexEvent(b []byte) []byte {
+	if l.Primary.End == 0 {
+		return b
+	}
+	b = append(b, `{"type":"codex.rate_limits","rate_limits":{"allowed":true,"limit_reached":false`...)
+	for _, w := range [2]struct {
+		name string
+		w    LimitWindow
+	}{{"primary", l.Primary}, {"secondary", l.Secondary}} {
+		if w.w.End == 0 {
+			break
+		}
+		b = append(b, `,"`...)
+		b = append(b, w.name...)
+		b = append(b, `":{"used_percent":`...)
+		b = w.w.appendUsedPercent(b)
+		b = append(b, `,"window_minutes":`...)
+		b = strconv.AppendInt(b, (w.w.End-w.w.Start)/60, 10)
+		b = append(b, `,"reset_at":`...)
+		b = strconv.AppendInt(b, w.w.End, 10)
+		b = append(b, '}')
+	}
+	return append(b, "}}"...)
 }
 
 // AdmittedHeaders are the headers an admitted request's response gets: its usage state

@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -94,5 +95,26 @@ func TestAdmissionReportsTheMembersLimits(t *testing.T) {
 				t.Errorf("admitted with headers\n%v\nwant\n%v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The limits as Codex's codex.rate_limits event of a Responses WebSocket session: the
+// headers' numbers, in the event's JSON; nothing without a limited window.
+func TestCodexEventOfTheLimits(t *testing.T) {
+	l := gate.Limits{Primary: gate.LimitWindow{Used: 5, Allowance: 1_000, Start: 1_800_000_000, End: 1_800_086_400},
+		Secondary: gate.LimitWindow{Used: 1_500, Allowance: 1_000, Start: 1_799_913_600, End: 1_800_518_400}}
+	const want = `{"type":"codex.rate_limits","rate_limits":{"allowed":true,"limit_reached":false,` +
+		`"primary":{"used_percent":0.5,"window_minutes":1440,"reset_at":1800086400},` +
+		`"secondary":{"used_percent":150.0,"window_minutes":10080,"reset_at":1800518400}}}`
+	if got := string(l.AppendCodexEvent(nil)); got != want || !json.Valid([]byte(got)) {
+		t.Errorf("event\n%s\nwant\n%s", got, want)
+	}
+	l.Secondary = gate.LimitWindow{}
+	if got := string(l.AppendCodexEvent([]byte("x"))); got != `x{"type":"codex.rate_limits","rate_limits":{"allowed":true,"limit_reached":false,"primary":{"used_percent":0.5,"window_minutes":1440,"reset_at":1800086400}}}` {
+		t.Errorf("primary only: %s", got)
+	}
+	var none gate.Limits
+	if got := none.AppendCodexEvent(nil); got != nil {
+		t.Errorf("no limit: %s", got)
 	}
 }

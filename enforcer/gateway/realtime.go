@@ -250,6 +250,9 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		// settles it at 0 before its own check, or the session ends (responses_ws.go).
 		// The session counts in the member's requests in flight while it is idle.
 		creates.ctx, creates.creds = ctx, creds
+		if codexClient(r.Header) {
+			creates.client = client
+		}
 		creates.idle, creates.holding = p.id, true
 		p.settled = true // creates settles it
 		if p.log != nil {

@@ -145,8 +145,10 @@ func (g *countingGate) CheckRequest(_ context.Context, c gate.Credentials, h gat
 		a.UsageState, a.OrganizationID, a.MemberID = "blocked", "org_1", "om_1"
 		return a, nil
 	}
+	// Each check finds a hundredth of the day's allowance more used.
+	limits := gate.Limits{Primary: gate.LimitWindow{Used: int64(g.checks) * 10_000, Allowance: 1_000_000, Start: 1_800_000_000, End: 1_800_086_400}}
 	return gate.Answer{Status: 200, Decision: gate.Admitted, RequestID: fmt.Sprintf("req_%d", g.checks), UsageState: "within_limit",
-		OrganizationID: "org_1", MemberID: "om_1"}, nil
+		Limits: limits, OrganizationID: "org_1", MemberID: "om_1"}, nil
 }
 
 func newRealtimeEnv(t *testing.T, up http.Handler, admits int, configure ...func(*gateway.Config)) (*countingGate, *fakeTracker, string, *gateway.Gateway) {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
+
+	"github.com/coder/websocket"
 
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -68,9 +71,11 @@ type responseCreates struct {
 	p    *proxied
 	path string
 	// ctx and creds, the session's and its member's, are set once the session is open,
-	// before its client's first message is read.
-	ctx   context.Context
-	creds gate.Credentials
+	// before its client's first message is read; client too when the client is Codex
+	// (codexClient), to be told the member's limits as each response is admitted.
+	ctx    context.Context
+	creds  gate.Credentials
+	client *websocket.Conn
 
 	mu      sync.Mutex
 	pending []pendingResponse
@@ -175,14 +180,38 @@ func (q *responseCreates) pass(msg []byte) (reason string, ok bool) {
 		}
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.ended {
 		// The session ended while the check ran: the create never goes upstream.
 		q.settle(id, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
+		q.mu.Unlock()
 		return "", false
 	}
 	q.pending = append(q.pending, pendingResponse{id: id, steer: kind == "response.steer"})
+	q.mu.Unlock()
+	if q.client != nil {
+		// Before the message goes upstream, so before the response's own events: where
+		// Codex's limits stand as this response was admitted (gate.Limits). Not under
+		// q.mu: a slow client must not hold the relay of the provider's events.
+		if ev := a.Limits.AppendCodexEvent(nil); ev != nil {
+			_ = q.client.Write(q.ctx, websocket.MessageText, ev)
+		}
+	}
 	return "", true
+}
+
+// codexClient tells a WebSocket handshake of OpenAI's Codex: Codex names its turn and
+// window in headers of its own (X-Codex-Turn-Metadata, X-Codex-Window-Id, ...), whatever
+// its originator (its app server's client names itself: an IDE extension, a test). It
+// is the one client told the member's limits in the session (AppendCodexEvent): Codex
+// reads them from an event it knows; another client would get an event of a type its
+// provider never sends.
+func codexClient(h http.Header) bool {
+	for name := range h {
+		if strings.HasPrefix(name, "X-Codex-") {
+			return true
+		}
+	}
+	return false
 }
 
 // lost settles a response.create admitted but not written upstream (the write failed)

@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -175,6 +177,48 @@ func TestResponsesWebSocketIsChargedByResponse(t *testing.T) {
 			}
 			if got := tr.recordedModels(); fmt.Sprint(got) != "[gpt-5 gpt-5]" {
 				t.Fatalf("recorded %v, want each response.create's model", got)
+			}
+		})
+	}
+}
+
+// Codex is told the member's limits as each of its response.create events is admitted,
+// in the event it reads them from in a Responses WebSocket session (codex.rate_limits,
+// the limits of that check: the second of the session, 2%), before the response's own
+// events; Codex is the client whose handshake carries X-Codex-* headers. Another
+// client is sent only what the provider sends.
+func TestResponsesWebSocketTellsCodexTheLimits(t *testing.T) {
+	for _, codex := range []bool{true, false} {
+		t.Run(fmt.Sprint("codex ", codex), func(t *testing.T) {
+			_, _, url, _ := newRealtimeEnv(t, &responsesUpstream{in: 1000, out: 200}, 10)
+			h := http.Header{"Authorization": {"Bearer tgk_good"}}
+			if codex {
+				h.Set("X-Codex-Window-Id", "thread:0")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c, _, err := websocket.Dial(ctx, url+"/v1/responses", &websocket.DialOptions{HTTPHeader: h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			say(t, c, responseCreate("How are tolls paid?"))
+			got := readUntil(t, c, "response.completed")
+			var types []string
+			for _, m := range got {
+				var ev struct{ Type string }
+				if err := json.Unmarshal([]byte(m), &ev); err != nil {
+					t.Fatalf("%s: %v", m, err)
+				}
+				types = append(types, ev.Type)
+			}
+			const event = `{"type":"codex.rate_limits","rate_limits":{"allowed":true,"limit_reached":false,` +
+				`"primary":{"used_percent":2.0,"window_minutes":1440,"reset_at":1800086400}}}`
+			if codex && (len(got) < 2 || got[0] != event || types[1] != "response.created") {
+				t.Fatalf("Codex was sent %q, want first %s, then the response's events", got, event)
+			}
+			if !codex && slices.Contains(types, "codex.rate_limits") {
+				t.Fatalf("a client that is not Codex was sent %q", got)
 			}
 		})
 	}
