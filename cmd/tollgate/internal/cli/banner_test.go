@@ -37,7 +37,7 @@ func TestDemoBannerSaysWhatToCall(t *testing.T) {
 				"Internal token     tgi_internal", "Demo organization  Demo Inc (org_demo)",
 				"session: tgs_owner", "API key: tgk_owner", "API key: tgk_member",
 				"Try the REST API:", "/v1/members -H 'x-api-key: tgk_owner'",
-				"grep -iE '^HTTP|^x-service|^retry-after'",
+				"grep -iE '^HTTP|^x-service|^x-codex-primary-used|^retry-after'",
 				// Each official SDK's base URL: OpenAI's carries the /v1 its paths lack,
 				// Anthropic's does not (docs/gateway.md). The demo's fake upstream answers
 				// either, so a wrong one works here and fails against the provider.

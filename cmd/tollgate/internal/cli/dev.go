@@ -356,7 +356,7 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string, bloc
 		// (docs/gateway.md): the member's key would leave the network.
 		fmt.Fprintf(w, "OpenAI's Agents SDK also needs OPENAI_AGENTS_DISABLE_TRACING=1, or its traces take the key to api.openai.com.\n")
 		fmt.Fprintf(w, "\nKeep calling until the member's daily limit is spent (ends in 429 with X-Service-Error-Code):\n")
-		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service|^retry-after'; sleep 0.2; done\n",
+		fmt.Fprintf(w, "  for i in $(seq 1 10); do curl -s -o /dev/null -D - %s/v1/chat/completions -H 'x-api-key: %s' -d '{\"model\":\"%s\"}' | grep -iE '^HTTP|^x-service|^x-codex-primary-used|^retry-after'; sleep 0.2; done\n",
 			proxyURL, d.MemberKey, demo.Model)
 	}
 	fmt.Fprintf(w, "%s\n", line)

@@ -131,6 +131,11 @@ func TestDevStackReachesThe429(t *testing.T) {
 		res := call()
 		switch res.StatusCode {
 		case http.StatusOK:
+			// The share of the day's 0.05 USD used before the call, in the header the
+			// banner's loop shows (and Codex reads): 0.0, 20.0, ... 80.0.
+			if got, want := res.Header.Get("X-Codex-Primary-Used-Percent"), fmt.Sprintf("%d.0", admitted*20); got != want {
+				t.Errorf("call %d: X-Codex-Primary-Used-Percent %q, want %q", i+1, got, want)
+			}
 			admitted++
 			used(int64(admitted) * 10_000) // each fake completion costs 0.01 USD at the catalog price
 			// The enforcer decides on the Redis mirror, which the control plane rewrites
