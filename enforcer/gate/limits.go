@@ -7,10 +7,10 @@ import (
 )
 
 // Codex's rate-limit headers. OpenAI's Codex reads them on every response, from any
-// provider (a provider of its own with an API key too: seen with Codex 0.171), and shows
-// the member where its limits stand: its status line and /status ("Daily limit: 43%
-// used, resets 05:00"), and the account/rateLimits/updated notification its app server
-// sends to IDE extensions. An admitted answer sends the member's own windows in them
+// provider (a provider of its own with an API key too: seen with Codex 0.171), and
+// announces where its user's limits stand in the account/rateLimits/updated
+// notification its app server sends to its IDE extensions and TUI (the share used, the
+// window's minutes, its reset). An admitted answer sends the member's own windows in them
 // (Limits), so a Codex user sees the Tollgate limit before meeting it.
 const (
 	HeaderCodexPrimaryUsedPercent     = "X-Codex-Primary-Used-Percent"
@@ -29,7 +29,8 @@ type LimitWindow struct {
 	Start, End      int64
 }
 
-// Limits are the windows an admitted answer reports (Headers): the primary, the
+// Limits are the windows an admitted answer reports (AppendHeaders,
+// AppendCodexEvent): the primary, the
 // member's shortest limited window, and the secondary, the longer limited window
 // nearest its limit (the first of those, on a tie). Codex shows two windows, each
 // labelled by its length; a member limited by the day, the week and the month so sees
@@ -65,6 +66,9 @@ func (w LimitWindow) usedPerMille() int64 {
 	return max(w.Used, 0) * 1000 / w.Allowance
 }
 
+// minutes is the window's length in minutes.
+func (w LimitWindow) minutes() int64 { return (w.End - w.Start) / 60 }
+
 // appendUsedPercent appends the share used in percent, one decimal (usedPerMille).
 func (w LimitWindow) appendUsedPercent(b []byte) []byte {
 	p := w.usedPerMille()
@@ -86,7 +90,7 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 		}
 		b = w.appendUsedPercent(b)
 		ends[3*i] = len(b)
-		b = strconv.AppendInt(b, (w.End-w.Start)/60, 10)
+		b = strconv.AppendInt(b, w.minutes(), 10)
 		ends[3*i+1] = len(b)
 		b = strconv.AppendInt(b, w.End, 10)
 		ends[3*i+2] = len(b)
@@ -125,7 +129,7 @@ func (l *Limits) AppendCodexEvent(b []byte) []byte {
 		b = append(b, `":{"used_percent":`...)
 		b = w.w.appendUsedPercent(b)
 		b = append(b, `,"window_minutes":`...)
-		b = strconv.AppendInt(b, (w.w.End-w.w.Start)/60, 10)
+		b = strconv.AppendInt(b, w.w.minutes(), 10)
 		b = append(b, `,"reset_at":`...)
 		b = strconv.AppendInt(b, w.w.End, 10)
 		b = append(b, '}')
