@@ -29,10 +29,9 @@ type LimitWindow struct {
 	Start, End      int64
 }
 
-// Limits are the windows an admitted answer reports (AppendHeaders,
-// AppendCodexEvent): the primary, the
-// member's shortest limited window, and the secondary, the longer limited window
-// nearest its limit (the first of those, on a tie). Codex shows two windows, each
+// Limits are the windows an admitted answer reports (AppendHeaders, AppendCodexEvent):
+// the primary, the member's shortest limited window, and the secondary, the longer
+// limited window nearest its limit (the first of those, on a tie). Codex shows two windows, each
 // labelled by its length; a member limited by the day, the week and the month so sees
 // the day and whichever longer window binds first. An absent window has End 0.
 type Limits struct{ Primary, Secondary LimitWindow }
