@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,8 +100,56 @@ func TestCodexShowsTheMembersLimit(t *testing.T) {
 			if used >= 1_000_000 || percent0(used) == 0 {
 				t.Fatalf("the turns cost %d micro-USD: the second turn's percentage proves nothing", used)
 			}
+
+			// The rest of the day spent by a call of the member's to a dearer model, the
+			// next turn is refused, and Codex shows the day spent: the 429 carries the
+			// limits too.
+			s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": []map[string]any{
+				{"model": tc.model, "inputMicroUsdPerMillion": inputPrice, "outputMicroUsdPerMillion": outputPrice, "cachedInputMicroUsdPerMillion": cachedPrice},
+				{"model": "dear", "inputMicroUsdPerMillion": 10 * usd, "outputMicroUsdPerMillion": 0, "cachedInputMicroUsdPerMillion": 0}}}, nil)
+			if code := gatewayResponse(t, s, o.key, "dear"); code != 200 {
+				t.Fatalf("the dear call answered %d", code)
+			}
+			s.waitBlocked(t, o)
+			b := s.status(t, o).Buckets[0]
+			limits, status, errorInfo, _ := app.run(thread.Thread.ID, "And when they are spent?")
+			for _, l := range limits {
+				t.Logf("the refused turn: %s (%s), Codex announces %+v", status, errorInfo, l.Primary)
+			}
+			if status != "failed" || errorInfo != "usageLimitExceeded" {
+				t.Errorf("the refused turn ended %s (%s), want failed (usageLimitExceeded)", status, errorInfo)
+			}
+			// The header's one decimal, which Codex rounds to a whole percent.
+			spent := math.Round(math.Floor(float64(b.UsedMicroUsd)*1000/float64(b.AllowanceMicroUsd)) / 10)
+			if spent < 100 {
+				t.Fatalf("the status says %d of %d used: not spent", b.UsedMicroUsd, b.AllowanceMicroUsd)
+			}
+			if n := len(limits); n == 0 || limits[n-1].Primary == nil || limits[n-1].Primary.UsedPercent != spent ||
+				limits[n-1].Primary.ResetsAt != b.ResetAt.Unix() {
+				t.Errorf("Codex's last announcement %+v, want the day %v%% used (the status: %d of %d), resetting at %d",
+					limits, spent, b.UsedMicroUsd, b.AllowanceMicroUsd, b.ResetAt.Unix())
+			}
 		})
 	}
+}
+
+// gatewayResponse sends one Responses API call of model with key through the gateway
+// and returns its status.
+func gatewayResponse(t *testing.T, s *stack, key, model string) int {
+	t.Helper()
+	req, err := http.NewRequest("POST", s.gateway+"/v1/responses", strings.NewReader(`{"model":"`+model+`","input":"Spend it."}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
 }
 
 // percent0 is the whole percent of a 1 USD day that used is.
@@ -242,9 +292,21 @@ func (a *codexAppServer) next() codexMessage {
 // announced meanwhile, in order.
 func (a *codexAppServer) turn(thread, text string) []codexRateLimits {
 	a.t.Helper()
+	limits, status, errorInfo, answer := a.run(thread, text)
+	if status != "completed" || answer != fakellm.Text {
+		a.t.Fatalf("the turn ended %s (%s) with the answer %q, want completed with %q", status, errorInfo, answer, fakellm.Text)
+	}
+	return limits
+}
+
+// run starts a turn of thread with text and reads until it ends: it returns the rate
+// limits Codex announced meanwhile, in order, the turn's status, its error's
+// codexErrorInfo if it failed, and its answer. An error Codex reports of a turn that
+// completes fails the test.
+func (a *codexAppServer) run(thread, text string) (limits []codexRateLimits, status, errorInfo, answer string) {
+	a.t.Helper()
 	a.call("turn/start", map[string]any{"threadId": thread, "input": []map[string]any{{"type": "text", "text": text}}})
-	var limits []codexRateLimits
-	var answer string
+	var errs []string
 	for {
 		m := a.next()
 		switch m.Method {
@@ -260,13 +322,25 @@ func (a *codexAppServer) turn(thread, text string) []codexRateLimits {
 				answer = p.Item.Text
 			}
 		case "error":
-			a.t.Errorf("codex app-server: %s", m.Params)
+			errs = append(errs, string(m.Params))
 		case "turn/completed":
-			var p struct{ Turn struct{ Status string } }
-			if err := json.Unmarshal(m.Params, &p); err != nil || p.Turn.Status != "completed" || answer != fakellm.Text {
-				a.t.Fatalf("the turn ended %s with the answer %q, want completed with %q", m.Params, answer, fakellm.Text)
+			var p struct {
+				Turn struct {
+					Status string
+					Error  *struct{ CodexErrorInfo json.RawMessage }
+				}
 			}
-			return limits
+			if err := json.Unmarshal(m.Params, &p); err != nil {
+				a.t.Fatalf("%s: %v", m.Params, err)
+			}
+			if p.Turn.Error != nil {
+				// A string (usageLimitExceeded) or an object naming one.
+				errorInfo = strings.Trim(string(p.Turn.Error.CodexErrorInfo), `"`)
+			}
+			if p.Turn.Status == "completed" && len(errs) > 0 {
+				a.t.Errorf("codex app-server reported errors of a turn that completed: %s", errs)
+			}
+			return limits, p.Turn.Status, errorInfo, answer
 		}
 	}
 }

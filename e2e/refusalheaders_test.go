@@ -21,7 +21,7 @@ import (
 // Cache-Control: only the gateway's HTTP writer added it. The 429's way to ask for more
 // (X-Codex-Promo-Message) is the same through both too. An admitted response names the
 // member's limit in Codex's headers through both (ext_authz's response headers), as the
-// member's usage status says it.
+// member's usage status says it, and so does the usage-limit 429 (spent).
 func TestAnswersHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 	t.Parallel()
 	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000} }}
@@ -79,6 +79,14 @@ func TestAnswersHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 			for _, h := range []string{"Cache-Control", "Content-Type", "X-Service-Error-Code", "Retry-After", "X-Should-Retry", "X-Codex-Promo-Message"} {
 				if gh.Get(h) != eh.Get(h) {
 					t.Errorf("%s: gateway %q, Envoy %q", h, gh.Get(h), eh.Get(h))
+				}
+			}
+			// The 429 names the member's spent limit in Codex's headers through both, as
+			// the usage status says it.
+			if c.status == 429 {
+				want := codexLimitHeaders(s.status(t, spent))
+				if !maps.Equal(codexHeaders(gh), want) || !maps.Equal(codexHeaders(eh), want) {
+					t.Errorf("Codex's headers: gateway %v, Envoy %v, want %v", codexHeaders(gh), codexHeaders(eh), want)
 				}
 			}
 			// The 429's way to ask for more, for Codex (the policy allows asking), through

@@ -105,6 +105,11 @@ func TestCheckAdmissionSnapshotIsVersion2WithAllWindows(t *testing.T) {
 	}
 }
 
+// boundaryUnix is 05:00 UTC (the windows' boundary) of a day, in Unix seconds.
+func boundaryUnix(year int, month time.Month, day int) string {
+	return strconv.FormatInt(time.Date(year, month, day, 5, 0, 0, 0, time.UTC).Unix(), 10)
+}
+
 func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -114,6 +119,9 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 		retryAfter int64
 		retryAt    string
 		exhausted  []string
+		// codex are the member's limits in Codex's headers: the day's, and a longer
+		// window's (used percent, minutes, reset).
+		codex []string
 	}{
 		{
 			name:   "day exhausted at noon: retry at tomorrow 05:00",
@@ -122,6 +130,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			spend:  map[window.Timeframe]int64{window.Day: 1 * usd},
 			// 12:00 -> 05:00 next day
 			retryAfter: 17 * 3600, retryAt: "2026-09-17T05:00:00Z", exhausted: []string{"day"},
+			codex: []string{"100.0", "1440", boundaryUnix(2026, 9, 17)},
 		},
 		{
 			name: "day and month exhausted: the latest reset wins",
@@ -131,6 +140,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			spend:      map[window.Timeframe]int64{window.Day: 2 * usd, window.Month: 25 * usd},
 			retryAfter: int64(time.Date(2026, 10, 1, 5, 0, 0, 0, time.UTC).Sub(enforcertest.Start) / time.Second),
 			retryAt:    "2026-10-01T05:00:00Z", exhausted: []string{"day", "month"},
+			codex: []string{"200.0", "1440", boundaryUnix(2026, 9, 17), "125.0", "43200", boundaryUnix(2026, 10, 1)},
 		},
 		{
 			name: "exhausted soft week is not listed and does not move retryAt",
@@ -139,6 +149,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 				{Timeframe: window.Week, PolicyID: "ulp_week", BaseMicroUSD: 3 * usd, Hard: false}},
 			spend:      map[window.Timeframe]int64{window.Day: 1 * usd, window.Week: 4 * usd},
 			retryAfter: 17 * 3600, retryAt: "2026-09-17T05:00:00Z", exhausted: []string{"day"},
+			codex: []string{"100.0", "1440", boundaryUnix(2026, 9, 17), "133.3", "10080", boundaryUnix(2026, 9, 21)},
 		},
 		{
 			name:       "a tenth of a second before the reset: Retry-After is at least 1",
@@ -146,6 +157,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			limits:     []fakecp.Limit{dayLimit(1*usd, true)},
 			spend:      map[window.Timeframe]int64{window.Day: 1 * usd},
 			retryAfter: 1, retryAt: "2026-09-17T05:00:00Z", exhausted: []string{"day"},
+			codex: []string{"100.0", "1440", boundaryUnix(2026, 9, 17)},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,6 +179,11 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 						window.BucketID(w.org, w.member, window.Timeframe(tf), window.Of(window.Timeframe(tf), tc.now).Start) + `","reason":"<why>"} for the ` + tf
 					break
 				}
+			}
+			// The member's limits, which Codex shows spent.
+			for i, v := range tc.codex {
+				want[[]string{"X-Codex-Primary-Used-Percent", "X-Codex-Primary-Window-Minutes", "X-Codex-Primary-Reset-At",
+					"X-Codex-Secondary-Used-Percent", "X-Codex-Secondary-Window-Minutes", "X-Codex-Secondary-Reset-At"}[i]] = v
 			}
 			if len(hs) != len(want) {
 				t.Errorf("headers %v", hs)

@@ -357,13 +357,15 @@ type deniedCache struct {
 // the gate hands out the same bytes for the same body, and the entry keeps them alive,
 // so the address cannot be reused for another body while the entry exists. The answer's
 // Ask (X-Codex-Promo-Message) is no part of the key: the body's message says it, so the
-// same body has the same one.
+// same body has the same one. Its limits are (a body may be rendered again for a record
+// whose other windows moved).
 type deniedKey struct {
 	status     int
 	reason     gate.Reason // its headers and, mostly, its body
 	retryAfter string
 	body       *byte
 	bodyLen    int
+	limits     gate.Limits
 }
 
 type deniedEntry struct {
@@ -375,7 +377,8 @@ type deniedEntry struct {
 const maxDenied = 4096
 
 func (c *deniedCache) response(a *gate.Answer) *authv3.CheckResponse {
-	k := deniedKey{status: a.Status, reason: a.Reason, retryAfter: a.RetryAfter, body: unsafe.SliceData(a.Body), bodyLen: len(a.Body)}
+	k := deniedKey{status: a.Status, reason: a.Reason, retryAfter: a.RetryAfter, body: unsafe.SliceData(a.Body), bodyLen: len(a.Body),
+		limits: a.Limits}
 	c.mu.RLock()
 	e, ok := c.m[k]
 	c.mu.RUnlock()

@@ -100,9 +100,9 @@ type Answer struct {
 	UsageState string
 	// RetryAfter is the Retry-After value in seconds (429).
 	RetryAfter string
-	// Limits are, when admitted on a member's record, the member's limited windows as
-	// the check found them, sent to the client in Codex's rate-limit headers
-	// (AdmittedHeaders).
+	// Limits are, when admitted on a member's record or refused for its usage limit, the
+	// member's limited windows as the check found them, sent to the client in Codex's
+	// rate-limit headers (AdmittedHeaders, DeniedHeaders).
 	Limits Limits
 	// ask is, on a usage-limit 429 whose listed window lets the member ask for more, the
 	// message's sentence saying how (Ask), unless kept is set.
@@ -133,10 +133,11 @@ func (a *Answer) Allowed() bool { return a.Status == 200 }
 // DeniedHeaders are the headers of a refusal, in a stable order: its reason's, with
 // this answer's Retry-After, and its usage state where the table leaves it open; then
 // X-Codex-Promo-Message when the answer names a way to ask for more in printable ASCII
-// (a header's value; a member API URL with other characters leaves it to the body).
+// (a header's value; a member API URL with other characters leaves it to the body);
+// then a usage-limit 429's limits (Limits.AppendHeaders), which Codex shows spent.
 func (a *Answer) DeniedHeaders() []Header {
 	spec := a.Reason.spec().headers
-	h := make([]Header, len(spec), len(spec)+1)
+	h := make([]Header, len(spec), len(spec)+7)
 	copy(h, spec)
 	for i := range h {
 		switch {
@@ -149,7 +150,7 @@ func (a *Answer) DeniedHeaders() []Header {
 	if ask := a.Ask(); ask != "" && printableASCII(ask) {
 		h = append(h, Header{HeaderCodexPromoMessage, ask})
 	}
-	return h
+	return a.Limits.AppendHeaders(h)
 }
 
 // Ask is, on a usage-limit 429 whose listed window lets the member ask for more, the

@@ -66,6 +66,8 @@ type blockedEntry struct {
 	// from the entry finds its way to ask for more from it (Answer.Ask).
 	member string
 	body   []byte
+	// limits are the member's windows as the kept decision found them (Answer.Limits).
+	limits Limits
 	// until is when the kept decision lapses: zero when only the body is kept.
 	until time.Time
 	gen   string // the mirror generation the record was read under
@@ -168,7 +170,7 @@ func (c *BlockedMembers) refusal(memberID string, now time.Time, gen string) (An
 		return Answer{}, false
 	}
 	c.hits.Inc()
-	a := blockedAnswer(decision.SecondsUntil(time.Unix(0, e.key.retryAt), now), e.body, "")
+	a := blockedAnswer(decision.SecondsUntil(time.Unix(0, e.key.retryAt), now), e.body, "", e.limits)
 	a.kept, a.keptBy = e, c
 	return a, true
 }
@@ -203,7 +205,7 @@ func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now 
 	if e != nil && e.key == key && !k.ok {
 		return e.body, c.askOf(key, memberID)
 	}
-	next := &blockedEntry{key: key, member: memberID}
+	next := &blockedEntry{key: key, member: memberID, limits: limitsOf(d)}
 	if e != nil && e.key == key {
 		next.body, ask = e.body, c.askOf(key, memberID)
 	} else {
@@ -268,10 +270,12 @@ func (c *BlockedMembers) Subscribed(live bool) {
 // Live tells whether the invalidation subscription is live, so that decisions are kept.
 func (c *BlockedMembers) Live() bool { return c.live.Load() }
 
-// blockedAnswer is the 429 with a body from BlockedMembers and its way to ask for more.
-func blockedAnswer(retryAfter int64, body []byte, ask string) Answer {
+// blockedAnswer is the 429 with a body from BlockedMembers, its way to ask for more, and
+// the member's limits.
+func blockedAnswer(retryAfter int64, body []byte, ask string, limits Limits) Answer {
 	a := Refusal(ReasonUsageLimit)
 	a.UsageState, a.RetryAfter, a.Body, a.ask = string(decision.StateBlocked), strconv.FormatInt(retryAfter, 10), body, ask
+	a.Limits = limits
 	return a
 }
 
@@ -279,5 +283,5 @@ func blockedAnswer(retryAfter int64, body []byte, ask string) Answer {
 // allows.
 func (g *Gate) blocked(d *decision.Decision, orgID, memberID string, now time.Time, k keep) Answer {
 	body, ask := g.Blocks.body(d, orgID, memberID, now, k)
-	return blockedAnswer(d.RetryAfter, body, ask)
+	return blockedAnswer(d.RetryAfter, body, ask, limitsOf(d))
 }

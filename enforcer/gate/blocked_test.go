@@ -276,7 +276,7 @@ func TestPromoHeaderOnlyInPrintableASCII(t *testing.T) {
 		header bool
 	}{{"https://tollgate.example.com", true}, {"https://péage.example.com", false}} {
 		body, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestURL(c.url))
-		a := blockedAnswer(100, body, ask)
+		a := blockedAnswer(100, body, ask, Limits{})
 		var got []string
 		for _, h := range a.DeniedHeaders() {
 			if h.Name == HeaderCodexPromoMessage {

@@ -258,7 +258,11 @@ var (
 		// The message's way to ask for more, for Codex, which shows this header and not
 		// the message: the table's policies allow asking of the day.
 		{Name: "X-Codex-Promo-Message", Value: `You may ask for more: POST /v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
-			window.BucketID(orgID, memberID, window.Day, time.Date(2026, 9, 16, 5, 0, 0, 0, time.UTC)) + `","reason":"<why>"} for the day`}}
+			window.BucketID(orgID, memberID, window.Day, time.Date(2026, 9, 16, 5, 0, 0, 0, time.UTC)) + `","reason":"<why>"} for the day`},
+		// The day spent, for Codex, which shows it so: blockedRecord's 150 of 100 (the
+		// day's window ends at 05:00 UTC on the 17th).
+		{Name: "X-Codex-Primary-Used-Percent", Value: "150.0"}, {Name: "X-Codex-Primary-Window-Minutes", Value: "1440"},
+		{Name: "X-Codex-Primary-Reset-At", Value: "1789621200"}}
 	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_in_flight_reserved"},
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
@@ -510,7 +514,12 @@ func gateCases() []gateCase {
 			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_LIMIT_RESERVED}
 			f.starts.guard = &internalv1.GuardRefusal{Timeframe: "day", UsedMicroUsd: 100, ReservedMicroUsd: 20,
 				AllowanceMicroUsd: 100, InFlight: 1}
-		}, want: with(blocked, func(w *want) { w.starts = 1 })},
+		}, want: with(blocked, func(w *want) {
+			w.starts = 1
+			// The guard's count of the day: exactly spent.
+			w.headers = slices.Clone(w.headers)
+			w.headers[len(w.headers)-3].Value = "100.0"
+		})},
 		{name: "concurrency cap full at the start: 429 keeping the usage state", setup: func(f *fakes, _ *gate.Gate) {
 			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED}
 			f.starts.guard = &internalv1.GuardRefusal{InFlight: 3, MaxInFlight: 3}

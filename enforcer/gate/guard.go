@@ -119,5 +119,5 @@ func spentRefusal(res startq.Result, d *decision.Decision, orgID, memberID strin
 		fresh.RetryAt = time.UnixMilli(g.GetWindowEndUnixMs())
 	}
 	body, ask := blockedBody(&fresh, orgID, memberID, now, askURL)
-	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), body, ask)
+	return blockedAnswer(decision.SecondsUntil(fresh.RetryAt, now), body, ask, limitsOf(&fresh))
 }

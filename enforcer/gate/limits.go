@@ -10,8 +10,9 @@ import (
 // provider (a provider of its own with an API key too: seen with Codex 0.171), and
 // announces where its user's limits stand in the account/rateLimits/updated
 // notification its app server sends to its IDE extensions and TUI (the share used, the
-// window's minutes, its reset). An admitted answer sends the member's own windows in them
-// (Limits), so a Codex user sees the Tollgate limit before meeting it.
+// window's minutes, its reset), a 429's too. An admitted answer and a usage-limit 429
+// send the member's own windows in them (Limits), so a Codex user sees the Tollgate
+// limit before meeting it, and sees it spent when refused for it.
 const (
 	HeaderCodexPrimaryUsedPercent     = "X-Codex-Primary-Used-Percent"
 	HeaderCodexPrimaryWindowMinutes   = "X-Codex-Primary-Window-Minutes"
@@ -29,28 +30,34 @@ type LimitWindow struct {
 	Start, End      int64
 }
 
-// Limits are the windows an admitted answer reports (AppendHeaders, AppendCodexEvent):
-// the primary, the member's shortest limited window, and the secondary, the longer
-// limited window nearest its limit (the first of those, on a tie). Codex shows two windows, each
-// labelled by its length; a member limited by the day, the week and the month so sees
-// the day and whichever longer window binds first. An absent window has End 0.
+// Limits are the windows an admitted answer or a usage-limit 429 reports
+// (AppendHeaders, AppendCodexEvent): the primary, the member's shortest limited window,
+// and the secondary, the longer limited window nearest its limit (the first of those,
+// on a tie), where a spent hard limit (one a 429 is for) comes before any soft limit
+// passed further. Codex shows two windows, each labelled by its length; a member
+// limited by the day, the week and the month so sees the day and whichever longer
+// window binds first, and a refused member the window that refused (with the day). An
+// absent window has End 0.
 type Limits struct{ Primary, Secondary LimitWindow }
 
 // limitsOf are the limits of a decision's limited buckets (day, week, month: shortest
 // first).
 func limitsOf(d *decision.Decision) Limits {
 	var l Limits
+	secondarySpent := false
 	for i := range d.Buckets {
 		b := &d.Buckets[i]
 		if !b.Limited {
 			continue
 		}
 		w := LimitWindow{Used: b.Used, Allowance: b.Allowance, Start: b.Window.Start.Unix(), End: b.Window.End.Unix()}
+		spent := b.Exhausted && b.HardLimit
 		switch {
 		case l.Primary.End == 0:
 			l.Primary = w
-		case l.Secondary.End == 0 || w.usedPerMille() > l.Secondary.usedPerMille():
-			l.Secondary = w
+		case l.Secondary.End == 0, spent && !secondarySpent,
+			spent == secondarySpent && w.usedPerMille() > l.Secondary.usedPerMille():
+			l.Secondary, secondarySpent = w, spent
 		}
 	}
 	return l
@@ -110,7 +117,8 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 // WebSocket session, where no response has headers: {"type":"codex.rate_limits",
 // "rate_limits":{"allowed":true,"limit_reached":false,"primary":{"used_percent":...,
 // "window_minutes":...,"reset_at":...},"secondary":{...}}}, the numbers those of the
-// headers. Nothing is appended without a limited window.
+// headers. Nothing is appended without a limited window. Only admissions send it: a
+// session's refusal closes it (the 429 of Codex's next handshake carries the headers).
 func (l *Limits) AppendCodexEvent(b []byte) []byte {
 	if l.Primary.End == 0 {
 		return b

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +117,57 @@ func TestCodexEventOfTheLimits(t *testing.T) {
 	var none gate.Limits
 	if got := none.AppendCodexEvent(nil); got != nil {
 		t.Errorf("no limit: %s", got)
+	}
+}
+
+// TestRefusalReportsTheSpentLimit: a usage-limit 429 carries the member's limits in
+// Codex's headers too, so Codex shows the window that refused as spent. The window that
+// refused is the secondary before a soft limit passed further; a refusal answered from
+// the kept block says what the fresh one said.
+func TestRefusalReportsTheSpentLimit(t *testing.T) {
+	var week, month window.Window
+	for _, w := range window.Current(now) {
+		switch w.Timeframe {
+		case window.Week:
+			week = w
+		case window.Month:
+			month = w
+		}
+	}
+	rec := memberRecord([]*internalv1.Limit{
+		{Timeframe: "day", PolicyId: "ulp_d", BaseMicroUsd: 1_000, HardLimit: true},
+		{Timeframe: "week", PolicyId: "ulp_w", BaseMicroUsd: 1_000},
+		{Timeframe: "month", PolicyId: "ulp_m", BaseMicroUsd: 3_000, HardLimit: true},
+	}, map[window.Timeframe]int64{window.Day: 100, window.Week: 1_600, window.Month: 3_000})
+	want := []gate.Header{
+		{Name: "X-Codex-Primary-Used-Percent", Value: "10.0"}, {Name: "X-Codex-Primary-Window-Minutes", Value: "1440"},
+		{Name: "X-Codex-Primary-Reset-At", Value: fmt.Sprint(time.Date(2026, 9, 17, 5, 0, 0, 0, time.UTC).Unix())},
+		{Name: "X-Codex-Secondary-Used-Percent", Value: "100.0"},
+		{Name: "X-Codex-Secondary-Window-Minutes", Value: fmt.Sprint(int64(month.End.Sub(month.Start) / time.Minute))},
+		{Name: "X-Codex-Secondary-Reset-At", Value: fmt.Sprint(month.End.Unix())},
+	}
+	if week.End.Equal(month.End) {
+		t.Fatal("the week and the month end together: the test cannot tell them apart")
+	}
+	g, f, _, check := tableGate(t, gateCase{}, metrics.New(prometheus.NewRegistry()))
+	f.records.rec = rec
+	g.Blocks.Subscribed(true)
+	for i, from := range []string{"the record", "the kept block"} {
+		a := check()
+		if a.Status != 429 || a.Reason != gate.ReasonUsageLimit {
+			t.Fatalf("%s: answered %d %s", from, a.Status, a.Reason)
+		}
+		var codex []gate.Header
+		for _, h := range a.DeniedHeaders() {
+			if strings.HasPrefix(h.Name, "X-Codex-") && h.Name != gate.HeaderCodexPromoMessage {
+				codex = append(codex, h)
+			}
+		}
+		if !slices.Equal(codex, want) {
+			t.Errorf("%s: Codex's headers\n%v\nwant\n%v", from, codex, want)
+		}
+		if reads := f.records.reads; reads != 1 {
+			t.Fatalf("check %d: %d record reads, want 1 (the second from the kept block)", i+1, reads)
+		}
 	}
 }

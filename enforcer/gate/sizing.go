@@ -7,11 +7,11 @@ const (
 	DefaultBlockedCapacity = 100_000
 
 	// HeapBytesPerKeptBlock is the heap a member refused for an exhausted hard limit
-	// holds in BlockedMembers: its 429 body rendered once a minute, and its key (1,635
-	// bytes with all three buckets listed and the way to ask for more of one, naming
-	// the route's path alone; a member API URL adds its length: BenchmarkKeptBlockBytes;
-	// 1,385 before the message named the request and the retry's seconds), for sizing an
-	// enforcer (enforcer/app's HeapBytesPerMember). TestAKeptBlockFitsItsBudget holds the
-	// measurement to it.
+	// holds in BlockedMembers: its 429 body rendered once a minute, its key and its
+	// limits (1,731 bytes with all three buckets listed and the way to ask for more of
+	// one, naming the route's path alone; a member API URL adds its length:
+	// BenchmarkKeptBlockBytes; 1,667 before the limits were kept, 2026-12-06), for sizing
+	// an enforcer (enforcer/app's HeapBytesPerMember). TestAKeptBlockFitsItsBudget holds
+	// the measurement to it.
 	HeapBytesPerKeptBlock = 1800
 )

@@ -150,8 +150,9 @@ func TestDevStackReachesThe429(t *testing.T) {
 	if admitted != 5 || refused == nil {
 		t.Fatalf("admitted %d then refused=%v; want 5 admitted then a 429", admitted, refused != nil)
 	}
-	if refused.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || refused.Header.Get("X-Service-Usage-State") != "blocked" {
-		t.Fatalf("429 headers %v", refused.Header)
+	if refused.Header.Get("X-Service-Error-Code") != "service_gateway_usage_limit_exceeded" || refused.Header.Get("X-Service-Usage-State") != "blocked" ||
+		refused.Header.Get("X-Codex-Primary-Used-Percent") != "100.0" {
+		t.Fatalf("429 headers %v (the day is spent: X-Codex-Primary-Used-Percent 100.0)", refused.Header)
 	}
 	// The demo's gateway logs each call: the five admitted with their tokens, the 429
 	// with its code, each naming the member; never the member's key.
