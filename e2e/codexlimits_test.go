@@ -17,8 +17,8 @@ import (
 
 // TestCodexShowsTheMembersLimit: Codex reads the rate-limit headers of every response
 // (x-codex-primary-*), and in a Responses WebSocket session its codex.rate_limits
-// events, and shows where its user's limits stand (its status line, /status, and the
-// account/rateLimits/updated notification its app server sends to IDE extensions).
+// events, and announces where its user's limits stand (the account/rateLimits/updated
+// notification its app server sends its clients, the IDE extensions among them).
 // Through the gateway they are the member's Tollgate limit. Codex's app server (`codex
 // app-server`, the JSON-RPC over standard input and output that Codex's IDE extensions
 // speak), with a provider of its own at the gateway as docs/gateway.md shows, over HTTP

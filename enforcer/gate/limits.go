@@ -9,8 +9,9 @@ import (
 // Codex's rate-limit headers. OpenAI's Codex reads them on every response, from any
 // provider (a provider of its own with an API key too: seen with Codex 0.171), and
 // announces where its user's limits stand in the account/rateLimits/updated
-// notification its app server sends to its IDE extensions and TUI (the share used, the
-// window's minutes, its reset), a 429's too. An admitted answer and a usage-limit 429
+// notification its app server sends its clients, the IDE extensions among them (the
+// share used, the window's minutes, its reset), a 429's too. (Its terminal UI, with an
+// API key, showed none of it: docs/enforcer.md.) An admitted answer and a usage-limit 429
 // send the member's own windows in them (Limits), so a Codex user sees the Tollgate
 // limit before meeting it, and sees it spent when refused for it.
 const (
