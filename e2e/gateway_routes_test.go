@@ -1161,18 +1161,35 @@ func TestGeminiInteractionsThroughTheGateway(t *testing.T) {
 		t.Fatalf("a call costs %d micro-USD: the test wants two to spend the 1 USD limit, one not to", want)
 	}
 
-	// First, within the limit (a blocked member is refused before the body is read).
-	t.Run("interactions-background", func(t *testing.T) {
-		r := runSDK(t, dir, "gemini.mjs", "interactions-background", s.gateway, o.key, gemini)
-		if r.OK || r.Status != 403 || deref(r.Code) != "service_gateway_billing_deferred" ||
-			deref(r.HeaderCode) != "service_gateway_billing_deferred" || r.ElapsedMs > 2000 {
-			t.Fatalf("want a 403 billing_deferred at once, got %+v", r)
+	// First, within the limit (a blocked member is refused before the body is read):
+	// what is billed out of sight. The SDK's WebRTC error has no headers to read.
+	refusals := []string{"interactions-background", "interactions-auth-token", "interactions-webrtc"}
+	for _, scenario := range refusals {
+		t.Run(scenario, func(t *testing.T) {
+			r := runSDK(t, dir, "gemini.mjs", scenario, s.gateway, o.key, gemini)
+			if r.OK || r.Status != 403 || deref(r.Code) != "service_gateway_billing_deferred" ||
+				(scenario != "interactions-webrtc" && deref(r.HeaderCode) != "service_gateway_billing_deferred") || r.ElapsedMs > 2000 {
+				t.Fatalf("want a 403 billing_deferred at once, got %+v", r)
+			}
+			if calls := fake.Calls(); len(calls) != 0 {
+				t.Fatalf("the provider got the refused call: %+v", calls)
+			}
+		})
+	}
+	// A Live Interaction over the SDK's WebSocket (/v1beta/interactions/live), which the
+	// gateway does not read: refused at the handshake, never sent.
+	t.Run("interactions-live", func(t *testing.T) {
+		before := len(fake.Calls())
+		r := runSDK(t, dir, "gemini.mjs", "interactions-live", s.gateway, o.key, gemini)
+		if r.OK || r.Status != 400 {
+			t.Fatalf("want the handshake refused 400, got %+v", r)
 		}
-		if calls := fake.Calls(); len(calls) != 0 {
-			t.Fatalf("the provider got the refused call: %+v", calls)
+		if got := len(fake.Calls()) - before; got != 0 {
+			t.Fatalf("the refused session reached the provider (%d calls)", got)
 		}
 	})
-	n := 1
+
+	n := len(refusals) + 1 // and the WebSocket refused after its check
 	for _, scenario := range []string{"interactions", "interactions-stream"} {
 		t.Run(scenario, func(t *testing.T) {
 			before := len(fake.Calls())

@@ -464,6 +464,7 @@ var sdkEndpointClasses = map[sdkEndpoint]string{
 	{"genai", "{model}:predictLongRunning"}:                                            requestbody.DeferredVideos,
 	{"genai", "/{api_version}/interactions"}:                                           sdkCharged, // charged from its answer; in the background or by an agent deferred (requestbody.DeferredRequest)
 	{"genai", "auth_tokens"}:                                                           requestbody.DeferredRealtime,
+	{"genai", "/{api_version}/interactions/{interactionsId}/auth_tokens"}:              requestbody.DeferredRealtime, // a Live Interaction's, for a client to talk to Google itself
 	{"genai", "cachedContents"}:                                                        requestbody.DeferredContextCaches,
 	{"genai", "{file_search_store_name}:importFile"}:                                   requestbody.DeferredFileIndexing,
 	{"genai", "upload/{api_version}/{file_search_store_name}:uploadToFileSearchStore"}: requestbody.DeferredFileIndexing,

@@ -13,7 +13,13 @@
 // with input: a whole Interaction, its usage; or its events, text from the step.delta
 // text deltas, usage from interaction.completed's interaction) and
 // "interactions-background" (the same run in the background, stored: billed later, the
-// gateway refuses it). See report.mjs for the settings.
+// gateway refuses it), "interactions-auth-token" and "interactions-webrtc" (a Live
+// Interaction's auth token, ai.interactions.authTokens.create, and its WebRTC signaling,
+// ai.interactions.connect with the SDK's WebRTC transport on a stand-in peer connection
+// that makes an SDP offer: after either, the client talks to Google itself, billed
+// where the gateway cannot see it, so the gateway refuses both) and "interactions-live"
+// (a Live Interaction over the SDK's WebSocket, /{version}/interactions/live, which the
+// gateway cannot read yet: refused at the handshake). See report.mjs for the settings.
 import { GoogleGenAI, Modality } from '@google/genai';
 import { consume, handshakeRefused, leaveOf, run, settings } from './report.mjs';
 
@@ -110,6 +116,20 @@ async function liveSession() {
 }
 
 async function interaction() {
+  if (s.scenario === 'interactions-auth-token') {
+    const res = await ai.interactions.authTokens.create('int_e2e');
+    return { text: res.auth_token ?? '', model: null, usage: null, chunks: 1 };
+  }
+  if (s.scenario === 'interactions-webrtc') return webrtcInteraction();
+  if (s.scenario === 'interactions-live') {
+    try {
+      const connection = await ai.interactions.connect('int_e2e', { transport: 'websocket' });
+      connection.detach();
+      return { text: '', model: null, usage: null, chunks: 1 };
+    } catch (e) {
+      throw withHTTPStatus(handshakeRefused(e));
+    }
+  }
   if (s.scenario === 'interactions' || s.scenario === 'interactions-background') {
     const background = s.scenario === 'interactions-background' ? { background: true, store: true } : {};
     const res = await ai.interactions.create({ model: s.model, input: contents, ...background });
@@ -127,4 +147,39 @@ async function interaction() {
     if (event.event_type === 'interaction.completed') usage = event.interaction?.usage ?? null;
   }
   return { text, model, usage, chunks };
+}
+
+// webrtcInteraction connects a live interaction over the SDK's WebRTC transport. Node has
+// no RTCPeerConnection: the transport's factory for tests gets one that makes an SDP
+// offer and nothing else, enough for the SDK to send its signaling request (POST
+// /{version}/interactions/{id}:webrtc). A refusal's status and error code are those of
+// the SDK's APIWebRTCError (httpStatus, serverCode).
+async function webrtcInteraction() {
+  const { InteractionWebRTCTransport } = await import('@google/genai');
+  const channel = { readyState: 'connecting', binaryType: 'blob', label: 'events', close() {}, send() {},
+    addEventListener() {}, removeEventListener() {} };
+  const pc = {
+    connectionState: 'new', iceConnectionState: 'new', localDescription: null, sctp: null,
+    addEventListener() {}, removeEventListener() {}, addTrack() { return {}; }, addTransceiver() { return { sender: {} }; },
+    createDataChannel() { return channel; },
+    async createOffer() { return { type: 'offer', sdp: 'v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n' }; },
+    async setLocalDescription(d) { this.localDescription = d; },
+    async setRemoteDescription() {},
+    close() { this.connectionState = 'closed'; },
+  };
+  const transport = new InteractionWebRTCTransport({ peerConnectionFactory: () => pc });
+  try {
+    const connection = await ai.interactions.connect('int_e2e', { transport });
+    connection.detach();
+    return { text: '', model: null, usage: null, chunks: 1 };
+  } catch (e) {
+    throw withHTTPStatus(e);
+  }
+}
+
+// withHTTPStatus gives a Live Interaction's transport error (APIWebRTCError,
+// APIWebSocketError: httpStatus, serverCode) the status and code report.mjs reads.
+function withHTTPStatus(e) {
+  if (typeof e?.httpStatus === 'number' && typeof e.status !== 'number') Object.assign(e, { status: e.httpStatus, code: e.serverCode ?? null });
+  return e;
 }

@@ -126,6 +126,10 @@ func Deferred(method, path string, background bool) string {
 		// The Gemini API's ephemeral tokens, for its Live API straight from a client;
 		// Mistral's client sessions, the same for its realtime API.
 		strings.HasSuffix(path, "/auth_tokens"), strings.HasSuffix(path, "/client/sessions"),
+		// The Gemini API's Live Interactions straight from a client (@google/genai 3.6):
+		// an interaction's auth tokens (the suffix above) and its WebRTC signaling (an SDP
+		// offer), after which the media flows between the client and Google.
+		strings.Contains(path, "/interactions/") && strings.HasSuffix(path, ":webrtc"),
 		// OpenAI's Realtime Translation client secrets, and its Live API's WebRTC
 		// sessions (created, forked onto a new connection) and SIP calls accepted.
 		strings.HasSuffix(path, "/realtime/translations/client_secrets"),

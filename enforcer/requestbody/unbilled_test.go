@@ -184,6 +184,9 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/realtime/calls", false, requestbody.DeferredRealtime},
 		{"POST", "/v1/realtime/calls/rtc_1/accept", false, requestbody.DeferredRealtime},
 		{"POST", "/v1alpha/auth_tokens", false, requestbody.DeferredRealtime},
+		{"POST", "/v1beta/interactions/int_1/auth_tokens", false, requestbody.DeferredRealtime},
+		{"POST", "/v1beta/interactions/int_1:webrtc", false, requestbody.DeferredRealtime},
+		{"POST", "/v1beta/interactions/int%2F1:webrtc", false, requestbody.DeferredRealtime},
 		{"POST", "/v1/evals/eval_1/runs", false, requestbody.DeferredEvals},
 		{"POST", "/v1/fine_tuning/alpha/graders/run", false, requestbody.DeferredEvals},
 		{"POST", "/v1/fine_tuning/jobs/ftjob_1/resume", false, requestbody.DeferredFineTuning},
@@ -230,6 +233,7 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/workflows/executions/ex_1/cancel", false, ""},
 		{"POST", "/v1/batch/jobs/job_1/cancel", false, ""},
 		{"POST", "/v1/realtime/calls/rtc_1/hangup", false, ""},
+		{"POST", "/v1beta/interactions/int_1/cancel", false, ""},
 		{"POST", "/v1/evals/eval_1/runs/run_1", false, ""}, // a run's cancellation
 		{"POST", "/v1/evals", false, ""},
 		{"POST", "/v1/fine_tuning/jobs/ftjob_1/pause", false, ""},
