@@ -29,15 +29,7 @@ func TestAdmissionReportsTheMembersLimits(t *testing.T) {
 	// The windows at noon, 16 September 2026: the day from 05:00 UTC (the table's),
 	// the week and the month as the window package draws them.
 	dayEnd := time.Date(2026, 9, 17, 5, 0, 0, 0, time.UTC).Unix()
-	var week, month window.Window
-	for _, w := range window.Current(now) {
-		switch w.Timeframe {
-		case window.Week:
-			week = w
-		case window.Month:
-			month = w
-		}
-	}
+	week, month := window.Of(window.Week, now), window.Of(window.Month, now)
 	limited := func(w window.Window, used string) []gate.Header {
 		return []gate.Header{{Name: "", Value: used}, {Name: "", Value: strconv.FormatInt(int64(w.End.Sub(w.Start)/time.Minute), 10)},
 			{Name: "", Value: strconv.FormatInt(w.End.Unix(), 10)}}
@@ -125,15 +117,7 @@ func TestCodexEventOfTheLimits(t *testing.T) {
 // refused is the secondary before a soft limit passed further; a refusal answered from
 // the kept block says what the fresh one said.
 func TestRefusalReportsTheSpentLimit(t *testing.T) {
-	var week, month window.Window
-	for _, w := range window.Current(now) {
-		switch w.Timeframe {
-		case window.Week:
-			week = w
-		case window.Month:
-			month = w
-		}
-	}
+	week, month := window.Of(window.Week, now), window.Of(window.Month, now)
 	rec := memberRecord([]*internalv1.Limit{
 		{Timeframe: "day", PolicyId: "ulp_d", BaseMicroUsd: 1_000, HardLimit: true},
 		{Timeframe: "week", PolicyId: "ulp_w", BaseMicroUsd: 1_000},
