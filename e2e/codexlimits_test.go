@@ -30,7 +30,10 @@ import (
 // day long and resetting when the status says; the second turn's first says exactly
 // what the status said before it (the first turn's charges all applied: over HTTP 0%,
 // then what the first turn cost). (Over the WebSocket Codex sends the session's warmup
-// as the thread starts, so its first turn may already see the warmup's cost.)
+// as the thread starts, so its first turn may already see the warmup's cost.) Over HTTP
+// the limits are named Tollgate (X-Codex-Limit-Name); a session's event names none. A
+// third turn, after the member spent the day, is refused, and Codex announces the day
+// spent, named Tollgate, over both (the refusal is an HTTP 429 either way).
 func TestCodexShowsTheMembersLimit(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -80,11 +83,13 @@ func TestCodexShowsTheMembersLimit(t *testing.T) {
 					t.Fatalf("turn %d: Codex did not announce the limits", turn+1)
 				}
 				for i, l := range announced {
-					if l.Primary == nil || l.Secondary != nil {
-						t.Fatalf("turn %d: Codex says the limits are %+v, want the day's only", turn+1, l)
+					// Named over HTTP (X-Codex-Limit-Name); a WebSocket session's event can
+					// name none.
+					if l.Primary == nil || l.Secondary != nil || l.LimitID != "codex" || (tc.name == "HTTP") != (l.LimitName == "Tollgate") {
+						t.Fatalf("turn %d: Codex says the limits are %+v, want the day's only (named Tollgate over HTTP)", turn+1, l)
 					}
 					got := *l.Primary
-					t.Logf("turn %d: Codex announces %+v", turn+1, got)
+					t.Logf("turn %d: Codex announces %+v (%s, %q)", turn+1, got, l.LimitID, l.LimitName)
 					if got.WindowDurationMins != int64(b.ResetAt.Sub(b.WindowStart)/time.Minute) || got.ResetsAt != b.ResetAt.Unix() {
 						t.Errorf("turn %d: Codex says the window is %d minutes long and resets at %d; the status says %s - %s",
 							turn+1, got.WindowDurationMins, got.ResetsAt, b.WindowStart, b.ResetAt)
@@ -124,7 +129,7 @@ func TestCodexShowsTheMembersLimit(t *testing.T) {
 			if spent < 100 {
 				t.Fatalf("the status says %d of %d used: not spent", b.UsedMicroUsd, b.AllowanceMicroUsd)
 			}
-			if n := len(limits); n == 0 || limits[n-1].Primary == nil || limits[n-1].Primary.UsedPercent != spent ||
+			if n := len(limits); n == 0 || limits[n-1].Primary == nil || limits[n-1].Primary.UsedPercent != spent || limits[n-1].LimitName != "Tollgate" ||
 				limits[n-1].Primary.ResetsAt != b.ResetAt.Unix() {
 				t.Errorf("Codex's last announcement %+v, want the day %v%% used (the status: %d of %d), resetting at %d",
 					limits, spent, b.UsedMicroUsd, b.AllowanceMicroUsd, b.ResetAt.Unix())
@@ -227,6 +232,7 @@ type codexMessage struct {
 
 // codexRateLimits is the snapshot account/rateLimits/updated carries.
 type codexRateLimits struct {
+	LimitID, LimitName string
 	Primary, Secondary *codexWindow
 }
 

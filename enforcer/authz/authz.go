@@ -329,7 +329,7 @@ func (s *Server) admitted(a *gate.Answer, in *checkInput) *authv3.CheckResponse 
 	// writes the query's parameters in their names' order.
 	ok.QueryParametersToRemove = in.notUpstream
 	if hs := a.AdmittedHeaders(); len(hs) > 0 {
-		// One allocation of each kind for all of them: up to seven on every admission.
+		// One allocation of each kind for all of them: up to eight on every admission.
 		opts, values := make([]corev3.HeaderValueOption, len(hs)), make([]corev3.HeaderValue, len(hs))
 		ok.ResponseHeadersToAdd = make([]*corev3.HeaderValueOption, len(hs))
 		for i, h := range hs {

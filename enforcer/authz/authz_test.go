@@ -177,7 +177,8 @@ func TestAdmittedResponseHeadersNameTheLimits(t *testing.T) {
 	}
 	want := []string{"X-Service-Usage-State: within_limit",
 		"X-Codex-Primary-Used-Percent: 0.5", "X-Codex-Primary-Window-Minutes: 1440", "X-Codex-Primary-Reset-At: 1800086400",
-		"X-Codex-Secondary-Used-Percent: 70.0", "X-Codex-Secondary-Window-Minutes: 10080", "X-Codex-Secondary-Reset-At: 1800518400"}
+		"X-Codex-Secondary-Used-Percent: 70.0", "X-Codex-Secondary-Window-Minutes: 10080", "X-Codex-Secondary-Reset-At: 1800518400",
+		"X-Codex-Limit-Name: Tollgate"}
 	if !slices.Equal(got, want) {
 		t.Errorf("client response headers\n%q\nwant\n%q", got, want)
 	}

@@ -21,7 +21,14 @@ const (
 	HeaderCodexSecondaryUsedPercent   = "X-Codex-Secondary-Used-Percent"
 	HeaderCodexSecondaryWindowMinutes = "X-Codex-Secondary-Window-Minutes"
 	HeaderCodexSecondaryResetAt       = "X-Codex-Secondary-Reset-At"
+	// HeaderCodexLimitName names whose limits they are: Codex announces it as the
+	// snapshot's limitName (seen with Codex 0.171), where a client may label the windows;
+	// without it they read as the provider's plan's.
+	HeaderCodexLimitName = "X-Codex-Limit-Name"
 )
+
+// LimitName is the name the limits are announced under (HeaderCodexLimitName).
+const LimitName = "Tollgate"
 
 // LimitWindow is one limited window of a member's as a check found it: what was used
 // (before the request) and allowed in it, in micro-USD, and when it began and resets
@@ -83,8 +90,9 @@ func (w LimitWindow) appendUsedPercent(b []byte) []byte {
 	return append(b, '.', byte('0'+p%10))
 }
 
-// AppendHeaders appends Codex's rate-limit headers of the windows there are. Their
-// values are cut from one string: one allocation for all of them, on every admission.
+// AppendHeaders appends Codex's rate-limit headers of the windows there are, then the
+// limits' name. Their values are cut from one string: one allocation for all of them, on
+// every admission.
 func (l *Limits) AppendHeaders(h []Header) []Header {
 	if l.Primary.End == 0 {
 		return h
@@ -111,7 +119,7 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 		h = append(h, Header{name, values[start:ends[i]]})
 		start = ends[i]
 	}
-	return h
+	return append(h, Header{HeaderCodexLimitName, LimitName})
 }
 
 // AppendCodexEvent appends the limits as the event Codex reads of a Responses API
@@ -120,6 +128,9 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 // "window_minutes":...,"reset_at":...},"secondary":{...}}}, the numbers those of the
 // headers. Nothing is appended without a limited window. Only admissions send it: a
 // session's refusal closes it (the 429 of Codex's next handshake carries the headers).
+// It names no limit (HeaderCodexLimitName): Codex 0.171 reads none from the event
+// (limit_name in rate_limits is ignored; limit_name or metered_limit_name beside it
+// becomes the limit's id, so the windows would read as another limit than Codex's own).
 func (l *Limits) AppendCodexEvent(b []byte) []byte {
 	if l.Primary.End == 0 {
 		return b
@@ -150,7 +161,7 @@ func (l *Limits) AppendCodexEvent(b []byte) []byte {
 func (a *Answer) AdmittedHeaders() []Header {
 	var h []Header
 	if a.UsageState != "" {
-		h = append(make([]Header, 0, 7), Header{HeaderUsageState, a.UsageState})
+		h = append(make([]Header, 0, 8), Header{HeaderUsageState, a.UsageState})
 	}
 	return a.Limits.AppendHeaders(h)
 }

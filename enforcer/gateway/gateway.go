@@ -1331,7 +1331,7 @@ func (p *proxied) admittedHeaders(h http.Header) {
 	if p.state != "" {
 		h.Set(gate.HeaderUsageState, p.state)
 	}
-	var limits [6]gate.Header
+	var limits [7]gate.Header
 	if ls := p.limits.AppendHeaders(limits[:0]); len(ls) > 0 {
 		values := make([]string, len(ls)) // one allocation for all of them
 		for i, l := range ls {

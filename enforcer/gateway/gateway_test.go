@@ -271,6 +271,7 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 		w.Header().Set("X-Upstream", "yes")
 		w.Header().Set("X-Service-Request-Id", "req_from_the_upstream") // replaced by the gateway's
 		w.Header().Set("X-Codex-Primary-Used-Percent", "99")            // the provider account's: replaced too
+		w.Header().Set("X-Codex-Limit-Name", "OpenAI")
 		w.WriteHeader(200)
 		_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"content":"Hello"}}],"model":"gpt-4o-mini-2024-07-18"}`+"\n\n")
 		_, _ = io.WriteString(w, `data: {"choices":[],"model":"gpt-4o-mini-2024-07-18","usage":{"prompt_tokens":12,"completion_tokens":3}}`+"\n\ndata: [DONE]\n\n")
@@ -289,7 +290,8 @@ func TestProxiesWithTheProvidersCredential(t *testing.T) {
 	}
 	if got := [3][]string{res.Header.Values("X-Codex-Primary-Used-Percent"), res.Header.Values("X-Codex-Primary-Window-Minutes"),
 		res.Header.Values("X-Codex-Primary-Reset-At")}; !slices.Equal(got[0], []string{"25.0"}) || !slices.Equal(got[1], []string{"1440"}) ||
-		!slices.Equal(got[2], []string{"1800086400"}) || res.Header.Get("X-Codex-Secondary-Used-Percent") != "" {
+		!slices.Equal(got[2], []string{"1800086400"}) || res.Header.Get("X-Codex-Secondary-Used-Percent") != "" ||
+		!slices.Equal(res.Header.Values("X-Codex-Limit-Name"), []string{"Tollgate"}) {
 		t.Fatalf("client got the limits %v", res.Header)
 	}
 	if got.URL.Path != "/v1/chat/completions" || got.URL.RawQuery != "api-version=1" || got.Header.Get("Authorization") != "Bearer sk-provider" ||
