@@ -58,6 +58,13 @@ func TestAnswersHaveTheSameHeadersThroughEnvoyAndTheGateway(t *testing.T) {
 	send(s.gateway, spent.key, "", chat)
 	waitFor(t, 15*time.Second, "blocked", func() bool { return s.status(t, spent).State == "blocked" })
 	waitFor(t, 15*time.Second, "the enforcer refusing", func() bool { code, _ := send(front, spent.key, "", chat); return code == 429 })
+	// A 429 names what the enforcer's mirror held when it decided, the status what
+	// Postgres holds, which a settlement reaches first (a call admitted while the mirror
+	// lagged, as the wait above can send, is charged later): wait until they agree.
+	waitFor(t, 15*time.Second, "the 429's limits to be the usage status's", func() bool {
+		_, h := send(s.gateway, spent.key, "", chat)
+		return maps.Equal(codexHeaders(h), codexLimitHeaders(s.status(t, spent)))
+	})
 
 	for _, c := range []struct {
 		name, key, coding, body string

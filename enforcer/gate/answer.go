@@ -137,7 +137,7 @@ func (a *Answer) Allowed() bool { return a.Status == 200 }
 // then a usage-limit 429's limits (Limits.AppendHeaders), which Codex shows spent.
 func (a *Answer) DeniedHeaders() []Header {
 	spec := a.Reason.spec().headers
-	h := make([]Header, len(spec), len(spec)+8)
+	h := make([]Header, len(spec), len(spec)+7)
 	copy(h, spec)
 	for i := range h {
 		switch {

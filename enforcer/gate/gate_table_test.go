@@ -262,7 +262,7 @@ var (
 		// The day spent, for Codex, which shows it so: blockedRecord's 150 of 100 (the
 		// day's window ends at 05:00 UTC on the 17th).
 		{Name: "X-Codex-Primary-Used-Percent", Value: "150.0"}, {Name: "X-Codex-Primary-Window-Minutes", Value: "1440"},
-		{Name: "X-Codex-Primary-Reset-At", Value: "1789621200"}, {Name: "X-Codex-Limit-Name", Value: "Tollgate"}}
+		{Name: "X-Codex-Primary-Reset-At", Value: "1789621200"}}
 	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_in_flight_reserved"},
 		{Name: "X-Service-Usage-State", Value: "within_limit"}, {Name: "Retry-After", Value: "1"}, {Name: "X-Should-Retry", Value: "true"}}
@@ -518,7 +518,7 @@ func gateCases() []gateCase {
 			w.starts = 1
 			// The guard's count of the day: exactly spent.
 			w.headers = slices.Clone(w.headers)
-			w.headers[len(w.headers)-4].Value = "100.0"
+			w.headers[len(w.headers)-3].Value = "100.0"
 		})},
 		{name: "concurrency cap full at the start: 429 keeping the usage state", setup: func(f *fakes, _ *gate.Gate) {
 			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED}

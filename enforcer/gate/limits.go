@@ -23,7 +23,7 @@ const (
 	HeaderCodexSecondaryResetAt       = "X-Codex-Secondary-Reset-At"
 	// HeaderCodexLimitName names whose limits they are: Codex announces it as the
 	// snapshot's limitName (seen with Codex 0.171), where a client may label the windows;
-	// without it they read as the provider's plan's.
+	// without it they read as the provider's plan's. Admissions only (AppendNamedHeaders).
 	HeaderCodexLimitName = "X-Codex-Limit-Name"
 )
 
@@ -90,9 +90,8 @@ func (w LimitWindow) appendUsedPercent(b []byte) []byte {
 	return append(b, '.', byte('0'+p%10))
 }
 
-// AppendHeaders appends Codex's rate-limit headers of the windows there are, then the
-// limits' name. Their values are cut from one string: one allocation for all of them, on
-// every admission.
+// AppendHeaders appends Codex's rate-limit headers of the windows there are. Their
+// values are cut from one string: one allocation for all of them, on every admission.
 func (l *Limits) AppendHeaders(h []Header) []Header {
 	if l.Primary.End == 0 {
 		return h
@@ -118,6 +117,19 @@ func (l *Limits) AppendHeaders(h []Header) []Header {
 		}
 		h = append(h, Header{name, values[start:ends[i]]})
 		start = ends[i]
+	}
+	return h
+}
+
+// AppendNamedHeaders appends AppendHeaders' headers and, when there are any, the
+// limits' name (HeaderCodexLimitName): an admission's. A usage-limit 429's go without
+// it: named, Codex words its error as that limit's ("You've hit your usage limit for
+// Tollgate. Switch to another model now, or try again at ...") and leaves out the way
+// to ask for more (HeaderCodexPromoMessage; seen with Codex 0.171).
+func (l *Limits) AppendNamedHeaders(h []Header) []Header {
+	n := len(h)
+	if h = l.AppendHeaders(h); len(h) == n {
+		return h
 	}
 	return append(h, Header{HeaderCodexLimitName, LimitName})
 }
@@ -163,5 +175,5 @@ func (a *Answer) AdmittedHeaders() []Header {
 	if a.UsageState != "" {
 		h = append(make([]Header, 0, 8), Header{HeaderUsageState, a.UsageState})
 	}
-	return a.Limits.AppendHeaders(h)
+	return a.Limits.AppendNamedHeaders(h)
 }

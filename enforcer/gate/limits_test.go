@@ -132,7 +132,6 @@ func TestRefusalReportsTheSpentLimit(t *testing.T) {
 		{Name: "X-Codex-Secondary-Used-Percent", Value: "100.0"},
 		{Name: "X-Codex-Secondary-Window-Minutes", Value: fmt.Sprint(int64(month.End.Sub(month.Start) / time.Minute))},
 		{Name: "X-Codex-Secondary-Reset-At", Value: fmt.Sprint(month.End.Unix())},
-		{Name: "X-Codex-Limit-Name", Value: "Tollgate"},
 	}
 	if week.End.Equal(month.End) {
 		t.Fatal("the week and the month end together: the test cannot tell them apart")

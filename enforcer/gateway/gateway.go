@@ -1332,7 +1332,7 @@ func (p *proxied) admittedHeaders(h http.Header) {
 		h.Set(gate.HeaderUsageState, p.state)
 	}
 	var limits [7]gate.Header
-	if ls := p.limits.AppendHeaders(limits[:0]); len(ls) > 0 {
+	if ls := p.limits.AppendNamedHeaders(limits[:0]); len(ls) > 0 {
 		values := make([]string, len(ls)) // one allocation for all of them
 		for i, l := range ls {
 			values[i] = l.Value
