@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +112,7 @@ func TestCodexShowsTheMembersLimit(t *testing.T) {
 			s.must(t, 200, "PUT", "/v1/gateway/model-prices", o.owner.token, o.id, map[string]any{"prices": []map[string]any{
 				{"model": tc.model, "inputMicroUsdPerMillion": inputPrice, "outputMicroUsdPerMillion": outputPrice, "cachedInputMicroUsdPerMillion": cachedPrice},
 				{"model": "dear", "inputMicroUsdPerMillion": 10 * usd, "outputMicroUsdPerMillion": 0, "cachedInputMicroUsdPerMillion": 0}}}, nil)
-			if code := gatewayResponse(t, s, o.key, "dear"); code != 200 {
+			if code, _, _ := postJSON(t, s.gateway, "/v1/responses", "Authorization", o.key, `{"model":"dear","input":"Spend it."}`); code != 200 {
 				t.Fatalf("the dear call answered %d", code)
 			}
 			s.waitBlocked(t, o)
@@ -137,25 +136,6 @@ func TestCodexShowsTheMembersLimit(t *testing.T) {
 			}
 		})
 	}
-}
-
-// gatewayResponse sends one Responses API call of model with key through the gateway
-// and returns its status.
-func gatewayResponse(t *testing.T, s *stack, key, model string) int {
-	t.Helper()
-	req, err := http.NewRequest("POST", s.gateway+"/v1/responses", strings.NewReader(`{"model":"`+model+`","input":"Spend it."}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
 }
 
 // percent0 is the whole percent of a 1 USD day that used is.

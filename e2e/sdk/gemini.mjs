@@ -20,7 +20,7 @@
 // where the gateway cannot see it, so the gateway refuses both) and "interactions-live"
 // (a Live Interaction over the SDK's WebSocket, /{version}/interactions/live, which the
 // gateway cannot read yet: refused at the handshake). See report.mjs for the settings.
-import { GoogleGenAI, Modality } from '@google/genai';
+import { GoogleGenAI, InteractionWebRTCTransport, Modality } from '@google/genai';
 import { consume, handshakeRefused, leaveOf, run, settings } from './report.mjs';
 
 const s = settings();
@@ -155,7 +155,6 @@ async function interaction() {
 // /{version}/interactions/{id}:webrtc). A refusal's status and error code are those of
 // the SDK's APIWebRTCError (httpStatus, serverCode).
 async function webrtcInteraction() {
-  const { InteractionWebRTCTransport } = await import('@google/genai');
   const channel = { readyState: 'connecting', binaryType: 'blob', label: 'events', close() {}, send() {},
     addEventListener() {}, removeEventListener() {} };
   const pc = {

@@ -357,8 +357,8 @@ type deniedCache struct {
 // the gate hands out the same bytes for the same body, and the entry keeps them alive,
 // so the address cannot be reused for another body while the entry exists. The answer's
 // Ask (X-Codex-Promo-Message) is no part of the key: the body's message says it, so the
-// same body has the same one. Its limits are (a body may be rendered again for a record
-// whose other windows moved).
+// same body has the same one. Its limits are part of the key: the same body may come
+// with other limits (a record whose unlisted windows moved).
 type deniedKey struct {
 	status     int
 	reason     gate.Reason // its headers and, mostly, its body

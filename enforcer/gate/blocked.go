@@ -198,14 +198,14 @@ func (c *BlockedMembers) before(gen string, genOK bool) keep {
 
 // body returns the 429 body of a blocked decision, rendered only when it differs from
 // the member's last one, with its way to ask for more (blockedBody), and keeps the
-// decision (decided at now) when k allows.
-func (c *BlockedMembers) body(d *decision.Decision, orgID, memberID string, now time.Time, k keep) (body []byte, ask string) {
+// decision (decided at now, its limits limitsOf(d)) when k allows.
+func (c *BlockedMembers) body(d *decision.Decision, limits Limits, orgID, memberID string, now time.Time, k keep) (body []byte, ask string) {
 	key := keyOf(d, orgID, now)
 	e := c.get(memberID)
 	if e != nil && e.key == key && !k.ok {
 		return e.body, c.askOf(key, memberID)
 	}
-	next := &blockedEntry{key: key, member: memberID, limits: limitsOf(d)}
+	next := &blockedEntry{key: key, member: memberID, limits: limits}
 	if e != nil && e.key == key {
 		next.body, ask = e.body, c.askOf(key, memberID)
 	} else {
@@ -282,6 +282,7 @@ func blockedAnswer(retryAfter int64, body []byte, ask string, limits Limits) Ans
 // blocked renders the 429 of a fresh decision (see blockedBody), keeping it when k
 // allows.
 func (g *Gate) blocked(d *decision.Decision, orgID, memberID string, now time.Time, k keep) Answer {
-	body, ask := g.Blocks.body(d, orgID, memberID, now, k)
-	return blockedAnswer(d.RetryAfter, body, ask, limitsOf(d))
+	limits := limitsOf(d)
+	body, ask := g.Blocks.body(d, limits, orgID, memberID, now, k)
+	return blockedAnswer(d.RetryAfter, body, ask, limits)
 }

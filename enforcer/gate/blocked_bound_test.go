@@ -24,13 +24,13 @@ func TestBlockedMembersNeverGrowPastTheirBound(t *testing.T) {
 		// A quarter of the bound leaves room in every shard (their shares are far
 		// larger than a quarter's spread among them, from 1000 on).
 		for i := range max / 4 {
-			c.body(&d, "org_x", fmt.Sprintf("om_first_%d", i), now, keep{})
+			c.body(&d, limitsOf(&d), "org_x", fmt.Sprintf("om_first_%d", i), now, keep{})
 		}
 		if n := testutil.ToFloat64(evicted); max >= 1000 && n != 0 {
 			t.Fatalf("bound %d: %v evictions with the cache a quarter full", max, n)
 		}
 		for i := range 20 * max {
-			c.body(&d, "org_x", fmt.Sprintf("om_%d", i), now, keep{})
+			c.body(&d, limitsOf(&d), "org_x", fmt.Sprintf("om_%d", i), now, keep{})
 			if n := c.Len(); n > max {
 				t.Fatalf("bound %d: %d entries after %d distinct blocked members", max, n, i+1)
 			}

@@ -39,7 +39,7 @@ func keptBlockBytes(tb testing.TB, n int) float64 {
 	d := blockedEverywhere(tb, now)
 	c := newBlockedMembers(n, time.Second, metrics.Discard())
 	per := heapsize.PerKept(tb, n, func(i int) {
-		c.body(&d, "org_01m90a2n1pedwt723k5h025e2f", fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i), now, keep{})
+		c.body(&d, limitsOf(&d), "org_01m90a2n1pedwt723k5h025e2f", fmt.Sprintf("om_01m90a2n1pedwt723k%08d", i), now, keep{})
 	}, func() int {
 		kept := 0
 		for i := range c.shards {

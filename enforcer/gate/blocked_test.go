@@ -93,13 +93,13 @@ func TestBlockedBodyRetryInMovesEachMinute(t *testing.T) {
 		n, _ := strconv.ParseInt(m[1], 10, 64)
 		return n
 	}
-	first, _ := c.body(&d, "org_x", "om_a", start.Add(10*time.Second), keep{})
+	first, _ := c.body(&d, limitsOf(&d), "org_x", "om_a", start.Add(10*time.Second), keep{})
 	if n := retryIn(first); n != 61200 {
 		t.Errorf("retry in %ds, want 61200 (12:00 to 05:00)", n)
 	}
 	for _, at := range []time.Duration{0, 30 * time.Second, 59*time.Second + 999*time.Millisecond} {
 		now := start.Add(at)
-		b, _ := c.body(&d, "org_x", "om_a", now, keep{})
+		b, _ := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
 		if &b[0] != &first[0] {
 			t.Errorf("at 12:00 + %s: rendered again within the minute", at)
 		}
@@ -107,7 +107,7 @@ func TestBlockedBodyRetryInMovesEachMinute(t *testing.T) {
 			t.Errorf("at 12:00 + %s: retry in %ds, short of Retry-After %ds", at, n, wait)
 		}
 	}
-	next, _ := c.body(&d, "org_x", "om_a", start.Add(time.Minute), keep{})
+	next, _ := c.body(&d, limitsOf(&d), "org_x", "om_a", start.Add(time.Minute), keep{})
 	if n := retryIn(next); n != 61140 {
 		t.Errorf("next minute: retry in %ds, want 61140", n)
 	}
@@ -121,18 +121,18 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 	c := newBlockedMembers(10, 0, metrics.Discard())
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 	first := blockedDecision(t, now, 150, 10)
-	b1, _ := c.body(&first, "org_x", "om_a", now, keep{})
+	b1, _ := c.body(&first, limitsOf(&first), "org_x", "om_a", now, keep{})
 	if want, _ := blockedBody(&first, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(b1, want) {
 		t.Fatal("cached body differs from the rendered one")
 	}
 	again := blockedDecision(t, now.Add(time.Minute), 150, 10)
-	if b, _ := c.body(&again, "org_x", "om_a", now, keep{}); &b[0] != &b1[0] {
+	if b, _ := c.body(&again, limitsOf(&again), "org_x", "om_a", now, keep{}); &b[0] != &b1[0] {
 		t.Fatal("unchanged body rendered again")
 	}
 	for _, d := range []decision.Decision{blockedDecision(t, now, 10, 2000), blockedDecision(t, now, 150, 2000)} {
 		_, fresh := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
-		_, rendered := c.body(&d, "org_x", "om_a", now, keep{})
-		_, kept := c.body(&d, "org_x", "om_a", now, keep{})
+		_, rendered := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
+		_, kept := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
 		if fresh == "" || rendered != fresh || kept != fresh {
 			t.Errorf("ask rendered %q, kept %q, want %q (not empty: the month allows asking)", rendered, kept, fresh)
 		}
@@ -143,7 +143,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 		"next day's window":      blockedDecision(t, now.Add(24*time.Hour), 150, 10),
 		"month alone, day fresh": blockedDecision(t, now, 10, 2000),
 	} {
-		got, _ := c.body(&d, "org_x", "om_a", now, keep{})
+		got, _ := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
 		if want, _ := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(got, want) {
 			t.Errorf("%s: body %s, want %s", name, got, want)
 		}
@@ -151,11 +151,11 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 			t.Errorf("%s: body did not change", name)
 		}
 		// Back to the first state: the first body again.
-		if got, _ := c.body(&first, "org_x", "om_a", now, keep{}); !bytes.Equal(got, b1) {
+		if got, _ := c.body(&first, limitsOf(&first), "org_x", "om_a", now, keep{}); !bytes.Equal(got, b1) {
 			t.Errorf("%s: back to the first state gave %s", name, got)
 		}
 	}
-	if got, _ := c.body(&first, "org_x", "om_b", now, keep{}); bytes.Equal(got, b1) {
+	if got, _ := c.body(&first, limitsOf(&first), "org_x", "om_b", now, keep{}); bytes.Equal(got, b1) {
 		t.Error("another member got the first member's body")
 	}
 }
@@ -174,7 +174,7 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 	// kept decides om_a at now on a record read after k, and reports whether the
 	// refusal is then answered from memory at the instant at under gen.
 	kept := func(c *BlockedMembers, k keep, at time.Time, gen string) bool {
-		c.body(&d, "org_x", "om_a", now, k)
+		c.body(&d, limitsOf(&d), "org_x", "om_a", now, k)
 		_, ok := c.refusal("om_a", at, gen)
 		return ok
 	}
