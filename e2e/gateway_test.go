@@ -167,6 +167,11 @@ func TestGatewayChargesEveryResponse(t *testing.T) {
 			if got := r.header.Get("Content-Encoding") == "gzip"; got != (tc.gzipIt && !tc.stream || tc.gzipAnyway) {
 				t.Fatalf("the client got Content-Encoding %q", r.header.Get("Content-Encoding"))
 			}
+			// The usage event reaches the client only when it asked for it, or when the
+			// provider compressed the stream anyway (passed as it came).
+			if got, want := usageEvents(t, text(r)), tc.stream && (tc.includeUsage || tc.gzipAnyway); tc.stream && (got == 1) != want {
+				t.Fatalf("the client got %d usage events, want them %v: %q", got, want, text(r))
+			}
 			rec := waitReceipt(t, s, r.reqID)
 			settled++
 			used += want
@@ -374,4 +379,28 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	if n := s.metric(t, "tollgate_enforcer_gateway_requests_total", "outcome", "refused"); n != float64(len(blocked)) {
 		t.Errorf("the gateway refused %v requests, want %d (one per call: the SDK did not retry)", n, len(blocked))
 	}
+}
+
+// usageEvents counts the events of an OpenAI chat stream whose choices are empty and
+// whose usage is an object: the usage event stream_options.include_usage brings.
+func usageEvents(t *testing.T, stream string) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(stream, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []json.RawMessage `json:"choices"`
+			Usage   map[string]any    `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			t.Fatalf("an event that is not JSON: %q", data)
+		}
+		if chunk.Choices != nil && len(chunk.Choices) == 0 && chunk.Usage != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -55,6 +55,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/usagechunk"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
@@ -839,9 +840,15 @@ type proxied struct {
 	// then fails had reached the provider (upstreamFailed).
 	trace httptrace.ClientTrace
 	wrote atomic.Bool
-	// whole: the body's length was announced (not a stream): see respond. (Next to
-	// wrote, in its padding: the struct stays in the 384-byte size class.)
+	// whole: the body's length was announced (not a stream), and is relayed as it
+	// came: see respond. (Next to wrote, in its padding.)
 	whole bool
+	// askedUsage: the gateway asked the stream for its usage, which the client did not
+	// (requestbody.AskStreamUsage); unasked, when the answer is a stream it can read,
+	// leaves the usage event the client did not ask for out of what it receives
+	// (package usagechunk).
+	askedUsage bool
+	unasked    *usagechunk.Filter
 	// guarded: admitted under the in-flight guard (gate.Answer.Guarded): settled before
 	// the client sees its response end (settleBeforeEnd); relayed counts the bytes of an
 	// announced body relayed so far, to know which write ends it.
@@ -967,7 +974,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	// a body it read is neither read again for nothing nor checked again.
 	if requestbody.AsksStreamUsage(r.URL.Path) && p.route.AskStreamUsage {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
-			body = b
+			body, p.askedUsage = b, true
 		}
 	}
 	if est != nil && est.Guardrail {
@@ -1353,6 +1360,10 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	p.redirectThroughGateway(h, resp.Request)
 	p.admittedHeaders(h)
 	p.nameRequest(h)
+	if p.askedUsage && usagechunk.Applies(resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")) {
+		p.unasked = new(usagechunk.Filter)
+		h.Del("Content-Length") // the usage event left out, the body is shorter
+	}
 	w.WriteHeader(resp.StatusCode)
 	p.rc = http.NewResponseController(w)
 	// A body of announced length was complete when the upstream began answering (a
@@ -1360,7 +1371,7 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	// in one write, and the client wakes once, not twice (pump flushes at its end). A
 	// body of unknown length is a stream: its headers go out with its first chunk, which
 	// usually came with them, or alone after streamHeaderGrace (heldHeaders).
-	p.whole = resp.ContentLength >= 0
+	p.whole = resp.ContentLength >= 0 && p.unasked == nil
 	if !p.whole {
 		p.held = holdHeaders(p.rc)
 	}
@@ -1446,7 +1457,16 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 		n, err := p.resp.Body.Read(buf)
 		if n > 0 {
 			p.idle.Reset(p.gw.cfg.IdleTimeout)
-			_ = p.ext.Write(buf[:n])
+			_ = p.ext.Write(buf[:n]) // every byte, the usage event the client is not sent too
+		}
+		out := buf[:n]
+		if p.unasked != nil {
+			out = p.unasked.Pass(out)
+			if err != nil {
+				out = append(out, p.unasked.End()...) // an event never ended goes as it is
+			}
+		}
+		if n > 0 || len(out) > 0 {
 			if p.held != nil {
 				p.held.release() // the headers go out with this chunk, unless they went alone
 				p.held = nil
@@ -1461,13 +1481,15 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 					p.finish(true)
 				}
 			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return false // the client left: the upstream request is cancelled (done)
+			if len(out) > 0 {
+				if _, werr := w.Write(out); werr != nil {
+					return false // the client left: the upstream request is cancelled (done)
+				}
 			}
 		}
 		// A stream's chunk is flushed as it arrives. A body of announced length goes
 		// out as the server's write buffer fills, and whole at its end.
-		if !p.whole && n > 0 || p.whole && err != nil {
+		if !p.whole && (n > 0 || len(out) > 0) || p.whole && err != nil {
 			if !p.writeBegins() || p.rc.Flush() != nil {
 				return false
 			}

@@ -1,0 +1,230 @@
+// Package usagechunk takes out of an OpenAI chat-completions stream the chunk that
+// reports its usage, when the client did not ask for it.
+//
+// The enforcer asks every such stream for its usage (stream_options.include_usage,
+// requestbody.WithIncludeUsage): without it the provider reports none, and the stream
+// could only be charged an estimate. Asked, the provider ends the stream with one more
+// event before [DONE], whose "choices" is empty and whose "usage" is the count. A
+// client that did not ask does not expect it: programs written against the stream they
+// asked for index choices[0] of every chunk (go-openai's README example and the many
+// programs copied from it, Rust's and others' alike), and panic or throw on it, where
+// the same program calling the provider directly runs. So the gateway reads the usage
+// from that event (its extractor sees every byte) and leaves the event out of what the
+// client receives (Filter): the client gets the stream it asked for. The other chunks
+// keep the "usage": null the provider adds to each once asked, which clients read as
+// absent.
+//
+// Only the usage event of a stream the enforcer asked is left out: an event whose
+// top-level "choices" is an empty array and whose "usage" is an object. Every other
+// event, Azure's content-filter event (empty choices, no usage) among them, passes
+// unchanged, byte for byte. A response the provider compressed anyway is passed as it
+// came (Applies): its events cannot be told apart without decoding and encoding it
+// again.
+package usagechunk
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"strings"
+)
+
+// MaxEventBytes bounds the bytes of an event held back until its end: the usage event is
+// about 1 KiB, so an event longer than this is not it. A stream with one (a server that
+// sends a whole answer as one chunk) is passed on unfiltered from there.
+const MaxEventBytes = 16 << 10
+
+// Applies tells whether a response, by its status and headers, is a stream Filter can
+// read: a successful text/event-stream sent without a content coding.
+func Applies(status int, contentType, contentEncoding string) bool {
+	if status/100 != 2 {
+		return false
+	}
+	if ce := strings.TrimSpace(contentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "text/event-stream"
+}
+
+// Filter passes a stream's bytes on without its usage event. An event split over
+// several reads is held back until its end (a client's event parser waits for that end
+// anyway); once the usage event is seen, or an event runs over MaxEventBytes, the rest
+// of the stream passes as it comes. The zero value is ready for use.
+type Filter struct {
+	held    []byte // an event begun and not yet ended
+	work    []byte // held and the next read, joined
+	done    bool   // the usage event was left out, or filtering gave up: everything passes
+	dropped bool   // the usage event was left out
+}
+
+// Dropped tells whether the usage event was left out.
+func (f *Filter) Dropped() bool { return f.dropped }
+
+// Pass returns the bytes of p to send on now: p without the usage event, less an event
+// it begins and does not end (held back for the next Pass). It may rewrite p in place;
+// the slice returned is valid until the next call.
+func (f *Filter) Pass(p []byte) []byte {
+	if f.done {
+		return p
+	}
+	buf := p
+	if len(f.held) > 0 {
+		f.work = append(append(f.work[:0], f.held...), p...)
+		f.held = f.held[:0]
+		buf = f.work
+	}
+	kept, start := 0, 0 // kept: the end of the bytes to send; start: the next event's
+	for start < len(buf) {
+		end := eventEnd(buf[start:])
+		if end < 0 {
+			break
+		}
+		end += start
+		if IsUsageEvent(buf[start:end]) {
+			f.done, f.dropped = true, true
+			f.held, f.work = nil, nil
+			kept += copy(buf[kept:], buf[end:])
+			return buf[:kept]
+		}
+		if kept != start {
+			copy(buf[kept:], buf[start:end])
+		}
+		kept += end - start
+		start = end
+	}
+	rest := buf[start:]
+	if len(rest) > MaxEventBytes {
+		f.done = true // not the usage event: it and the rest pass
+		f.held, f.work = nil, nil
+		kept += copy(buf[kept:], rest)
+		return buf[:kept]
+	}
+	f.held = append(f.held, rest...)
+	return buf[:kept]
+}
+
+// End returns what is held back when the stream ends: an event never ended, sent on
+// as it is (a client's parser drops or reads it as it would have).
+func (f *Filter) End() []byte {
+	rest := f.held
+	f.held = nil
+	return rest
+}
+
+// eventEnd returns the length of the event at the start of b up to and including the
+// blank line that ends it, or -1 when b holds no such end. Lines end in "\n", "\r\n" or
+// "\r" (the SSE grammar); providers send "\n".
+func eventEnd(b []byte) int {
+	if bytes.IndexByte(b, '\r') < 0 {
+		if i := bytes.Index(b, lf2); i >= 0 {
+			return i + 2
+		}
+		return -1
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\n' && b[i] != '\r' {
+			continue
+		}
+		next := i + 1 // where the next line begins
+		if b[i] == '\r' && next < len(b) && b[next] == '\n' {
+			next++
+		}
+		if next >= len(b) {
+			return -1
+		}
+		switch {
+		case b[next] == '\n':
+			return next + 1
+		case b[next] == '\r' && next+1 < len(b) && b[next+1] == '\n':
+			return next + 2
+		case b[next] == '\r' && next+1 < len(b):
+			return next + 1
+		case b[next] == '\r':
+			return -1 // a "\r" at the end may be the first half of "\r\n"
+		}
+		i = next - 1
+	}
+	return -1
+}
+
+var lf2 = []byte("\n\n")
+
+var (
+	choicesKey = []byte(`"choices"`)
+	dataField  = []byte("data:")
+)
+
+// IsUsageEvent tells whether event (one SSE event, its blank line included) is a
+// chat-completions stream's usage event: its data a JSON object whose "choices" is an
+// empty array and whose "usage" is an object. Events are told apart by their bytes
+// first, so that only an event with an empty "choices" is parsed.
+func IsUsageEvent(event []byte) bool {
+	if !emptyChoices(event) {
+		return false
+	}
+	var chunk struct {
+		Choices *[]json.RawMessage `json:"choices"`
+		Usage   json.RawMessage    `json:"usage"`
+	}
+	if json.Unmarshal(eventData(event), &chunk) != nil || chunk.Choices == nil || len(*chunk.Choices) != 0 {
+		return false
+	}
+	u := bytes.TrimSpace(chunk.Usage)
+	return len(u) > 0 && u[0] == '{'
+}
+
+// emptyChoices tells whether event holds `"choices"`, then an empty array as its value
+// (white space allowed between).
+func emptyChoices(event []byte) bool {
+	for from := 0; ; {
+		i := bytes.Index(event[from:], choicesKey)
+		if i < 0 {
+			return false
+		}
+		from += i + len(choicesKey)
+		rest := skipSpace(event[from:])
+		if len(rest) > 0 && rest[0] == ':' {
+			rest = skipSpace(rest[1:])
+			if len(rest) > 0 && rest[0] == '[' {
+				rest = skipSpace(rest[1:])
+				if len(rest) > 0 && rest[0] == ']' {
+					return true
+				}
+			}
+		}
+	}
+}
+
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
+}
+
+// eventData returns the event's data: its data fields' values joined by "\n" (the SSE
+// grammar), each without the one space that may follow the colon.
+func eventData(event []byte) []byte {
+	var data []byte
+	lines := 0
+	for len(event) > 0 {
+		line := event
+		if i := bytes.IndexAny(event, "\r\n"); i >= 0 {
+			line, event = event[:i], event[i+1:]
+		} else {
+			event = nil
+		}
+		value, ok := bytes.CutPrefix(line, dataField)
+		if !ok {
+			continue
+		}
+		value, _ = bytes.CutPrefix(value, []byte(" "))
+		if lines > 0 {
+			data = append(data, '\n')
+		}
+		data = append(data, value...)
+		lines++
+	}
+	return data
+}
