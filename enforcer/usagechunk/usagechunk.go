@@ -15,7 +15,9 @@
 // absent.
 //
 // Only the usage event of a stream the enforcer asked is left out: an event whose
-// top-level "choices" is an empty array and whose "usage" is an object. Every other
+// top-level "choices" is an empty array, written "[]" (as the JSON encoders of Python,
+// Go, JavaScript and the rest write one; a read with no "[]" in it is passed without
+// looking at its events), and whose "usage" is an object. Every other
 // event, Azure's content-filter event (empty choices, no usage) among them, passes
 // unchanged, byte for byte. A response the provider compressed anyway is passed as it
 // came (Applies): its events cannot be told apart without decoding and encoding it
@@ -74,9 +76,19 @@ func (f *Filter) Pass(p []byte) []byte {
 		f.held = f.held[:0]
 		buf = f.work
 	}
+	cr := bytes.IndexByte(buf, '\r') >= 0
+	if !cr && !bytes.Contains(buf, emptyArray) {
+		// No event here has an empty array, so none is the usage event: every ended
+		// one passes (the usual read, and the cheap way through it).
+		ended := 0
+		if i := bytes.LastIndex(buf, lf2); i >= 0 {
+			ended = i + len(lf2)
+		}
+		return f.holdRest(buf, ended, ended)
+	}
 	kept, start := 0, 0 // kept: the end of the bytes to send; start: the next event's
 	for start < len(buf) {
-		end := eventEnd(buf[start:])
+		end := eventEnd(buf[start:], cr)
 		if end < 0 {
 			break
 		}
@@ -93,6 +105,13 @@ func (f *Filter) Pass(p []byte) []byte {
 		kept += end - start
 		start = end
 	}
+	return f.holdRest(buf, kept, start)
+}
+
+// holdRest returns buf's bytes to send, buf[:kept], and holds the event begun at start
+// and not ended; an event too long to be the usage event is sent instead, and with it
+// the rest of the stream.
+func (f *Filter) holdRest(buf []byte, kept, start int) []byte {
 	rest := buf[start:]
 	if len(rest) > MaxEventBytes {
 		f.done = true // not the usage event: it and the rest pass
@@ -114,9 +133,9 @@ func (f *Filter) End() []byte {
 
 // eventEnd returns the length of the event at the start of b up to and including the
 // blank line that ends it, or -1 when b holds no such end. Lines end in "\n", "\r\n" or
-// "\r" (the SSE grammar); providers send "\n".
-func eventEnd(b []byte) int {
-	if bytes.IndexByte(b, '\r') < 0 {
+// "\r" (the SSE grammar); providers send "\n", and cr says whether b may hold a "\r".
+func eventEnd(b []byte, cr bool) int {
+	if !cr {
 		if i := bytes.Index(b, lf2); i >= 0 {
 			return i + 2
 		}
@@ -148,7 +167,10 @@ func eventEnd(b []byte) int {
 	return -1
 }
 
-var lf2 = []byte("\n\n")
+var (
+	lf2        = []byte("\n\n")
+	emptyArray = []byte("[]") // how every JSON encoder we know writes one
+)
 
 var (
 	choicesKey = []byte(`"choices"`)

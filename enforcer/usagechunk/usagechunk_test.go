@@ -90,10 +90,10 @@ func TestOtherEventsPassByteForByte(t *testing.T) {
 
 func TestUsageEventsAsOtherServersWriteThem(t *testing.T) {
 	for name, event := range map[string]string{
-		"white space in the JSON":      `data: {"id": "x", "choices": [ ], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}` + "\n\n",
-		"no space after data:":         `data:{"choices":[],"usage":{"prompt_tokens":3}}` + "\n\n",
-		"the JSON over two data lines": "data: {\"choices\":[],\ndata: \"usage\":{\"prompt_tokens\":3}}\n\n",
-		"an id field before it":        "id: 42\n" + `data: {"choices":[],"usage":{"prompt_tokens":3}}` + "\n\n",
+		"white space in the JSON (Python's json.dumps)": `data: {"id": "x", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}` + "\n\n",
+		"no space after data:":                          `data:{"choices":[],"usage":{"prompt_tokens":3}}` + "\n\n",
+		"the JSON over two data lines":                  "data: {\"choices\":[],\ndata: \"usage\":{\"prompt_tokens\":3}}\n\n",
+		"an id field before it":                         "id: 42\n" + `data: {"choices":[],"usage":{"prompt_tokens":3}}` + "\n\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, f := passInReads(t, wordEvent+event+doneEvent, 5)
