@@ -1267,6 +1267,7 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 		t.Fatalf("the test's own arithmetic: %d per call", want)
 	}
 	const path = "/openai/deployments/" + deployment + "/chat/completions"
+	var estimated int64 // what the stream of an older API version was charged
 
 	t.Run("two different keys in api-key and x-api-key", func(t *testing.T) {
 		second := s.apiKey(t, o, o.member) // the member's own, valid: only the pair is refused
@@ -1286,7 +1287,27 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 		}
 	})
 
-	n := 0
+	// A program on an API version from before stream_options (Azure answers a body with
+	// it 400): its stream goes as it wrote it, is answered, and is charged an estimate
+	// from its prompt and text. Before 2026-12-06 it was asked for its usage, and failed.
+	t.Run("a stream of api-version 2024-06-01", func(t *testing.T) {
+		before := len(fake.Calls())
+		r := runSDK(t, dir, "azure.mjs", "stream-2024-06-01", s.gateway, o.key, deployment)
+		if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+			t.Fatalf("the stream failed or lost its text: %+v", r)
+		}
+		calls := fake.Calls()[before:]
+		if len(calls) != 1 || calls[0].Query != "api-version=2024-06-01" || !calls[0].Stream || strings.Contains(string(calls[0].Body), "stream_options") {
+			t.Fatalf("the provider got %+v, want one stream as the SDK wrote it", calls)
+		}
+		rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+		if rec["cost_basis"] != "estimate" || rec.cost() <= 0 || rec.cost() >= want/100 {
+			t.Fatalf("receipt %s, want a small estimate from the prompt and the text", rec)
+		}
+		estimated = rec.cost()
+	})
+
+	n := 1
 	for _, scenario := range []string{"json", "stream"} {
 		t.Run(scenario, func(t *testing.T) {
 			before := len(fake.Calls())
@@ -1314,11 +1335,11 @@ func TestAzureOpenAIThroughTheGateway(t *testing.T) {
 			}
 		})
 	}
-	s.waitUsed(t, o, n, 2*want)
+	s.waitUsed(t, o, n, 2*want+estimated)
 
 	t.Run("a blocked member gets the 429, not retried", func(t *testing.T) {
 		if st := s.status(t, o); st.State != "blocked" {
-			t.Fatalf("status %+v, want blocked after spending %d", st, 2*want)
+			t.Fatalf("status %+v, want blocked after spending %d", st, 2*want+estimated)
 		}
 		s.waitMirrored(t, o)
 		before := len(fake.Calls())

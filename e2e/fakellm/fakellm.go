@@ -78,7 +78,8 @@
 //   - Azure OpenAI's chat completions (POST
 //     /openai/deployments/{deployment}/chat/completions?api-version=...) answer as
 //     OpenAI's do; the model is the body's, else the deployment's name. Without an
-//     api-version the path is unknown, as Azure has it.
+//     api-version the path is unknown, as Azure has it; with one from before
+//     2024-08-01, a body with stream_options is answered 400, as Azure answers it.
 //   - Amazon Bedrock Runtime's model invocation for a Claude model (POST
 //     /model/{modelId}/invoke, /invoke-with-response-stream, /converse,
 //     /converse-stream; the model id percent-decoded from the path): Anthropic's
@@ -119,6 +120,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/testaudio"
 )
@@ -577,6 +579,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprint(w, `{"object":"error","message":{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{"include_usage":true}}]},"type":"invalid_request_error","param":null,"code":null}`)
 		return
+	case deployment != "" && hasMember(body, "stream_options") && azureBeforeStreamOptions(r.URL.Query().Get("api-version")):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"message":"Unknown parameter: 'stream_options'.","type":"invalid_request_error","param":"stream_options","code":"unknown_parameter"}}`)
+		return
 	case jsonErr != nil || req.Model == "":
 		writeError(w, http.StatusBadRequest, c.API, "the body must be JSON with a model")
 		return
@@ -960,6 +967,18 @@ func openAIStream(ew *eventWriter, id, model, tier string, u Usage, includeUsage
 			id, model, tier, openAIUsage(u)))
 	}
 	ew.write("data: [DONE]\n\n")
+}
+
+// azureBeforeStreamOptions tells whether an Azure OpenAI api-version is one from before
+// stream_options (a date before 2024-08-01, "-preview" or not): Azure answers a body
+// with the member 400 "Unknown parameter: 'stream_options'." on those, as reported by
+// its users in 2024 (the versions are frozen contracts).
+func azureBeforeStreamOptions(version string) bool {
+	if len(version) < 10 {
+		return false
+	}
+	_, err := time.Parse("2006-01-02", version[:10])
+	return err == nil && version[:10] < "2024-08-01"
 }
 
 // MistralHost is the host of Mistral's API, which the fake answers as Mistral does.

@@ -87,6 +87,7 @@ type stream struct {
 	// carried a content-length, and whether Envoy sends header values as raw_value
 	// (then a mutation must use raw_value too: Envoy reads only that one).
 	path, method string
+	query        string // the path's query, as it came (Azure's api-version: requestbody.AsksStreamUsage)
 	authority    string // the host the request is for (requestbody.RegionalHost)
 	// upstreamHost is the route's upstream host where Envoy sends it as a request
 	// attribute (upstreamHostOf), which the host rules prefer to the authority.
@@ -252,7 +253,7 @@ func (st *stream) requestHeaders(m *corev3.HeaderMap) {
 				st.requestID = id
 			}
 		case ":path":
-			st.path, _, _ = strings.Cut(value(hv), "?")
+			st.path, st.query, _ = strings.Cut(value(hv), "?")
 		case ":method":
 			st.method = value(hv)
 		case ":authority":
@@ -401,7 +402,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	// Only a stream is asked for its usage (est.Stream: the body is neither read again
 	// for nothing nor checked again).
-	if requestbody.AsksStreamUsage(st.path) && !requestbody.UsageUnasked(st.host()) {
+	if requestbody.AsksStreamUsage(st.path, st.query) && !requestbody.UsageUnasked(st.host()) {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body, replace = b, true
 			m.WithLabelValues("include_usage_set").Inc()

@@ -147,6 +147,9 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		{"a legacy completion stream", bodySpec{path: "/v1/completions", body: legacyStreamBody}, legacyWithUsage},
 		{"Azure OpenAI's legacy completion stream", bodySpec{path: "/openai/deployments/instruct/completions?api-version=2024-10-21",
 			body: legacyStreamBody}, legacyWithUsage},
+		// Azure OpenAI answers stream_options 400 on its API versions before 2024-08-01.
+		{"Azure OpenAI's stream of api-version 2024-06-01", bodySpec{path: "/openai/deployments/gpt-4o/chat/completions?api-version=2024-06-01",
+			body: chatStreamBody}, ""},
 		// Mistral's fill-in-the-middle sends its usage unasked, on any of its hosts.
 		{"Mistral's fill-in-the-middle", bodySpec{path: "/v1/fim/completions", body: legacyStreamBody, authority: "codestral.mistral.ai"}, ""},
 		{"not JSON", bodySpec{path: "/v1/chat/completions", body: "stream=true"}, ""},
@@ -195,7 +198,7 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 		t.Fatal("request bodies not counted")
 	}
 	// A request-body stream never settles: the response's stream does.
-	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 13 {
+	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 14 {
 		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
 	}
 }

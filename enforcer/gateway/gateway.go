@@ -972,7 +972,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	// Only a stream is asked for its usage; the estimate read the body (est.Stream), so
 	// a body it read is neither read again for nothing nor checked again.
-	if requestbody.AsksStreamUsage(r.URL.Path) && p.route.AskStreamUsage {
+	if requestbody.AsksStreamUsage(r.URL.Path, r.URL.RawQuery) && p.route.AskStreamUsage {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body, p.askedUsage = b, true
 		}

@@ -30,17 +30,59 @@ func UsageUnasked(host string) bool {
 	return pricecatalog.HostName(host) == "api.mistral.ai"
 }
 
-// AsksStreamUsage tells whether a request to path is an OpenAI-shaped completion whose
-// stream reports its usage only when asked (stream_options.include_usage): a chat
-// completion (.../chat/completions) or a legacy completion (.../completions: OpenAI's
-// /v1/completions, Azure OpenAI's /openai/deployments/{deployment}/completions, the
-// OpenAI-compatible servers' own), whose stream otherwise ends with no usage and is
-// settled at an estimate from its prompt and text (since 2026-12-03; before, a legacy
-// completion's stream was never asked). Not Mistral's fill-in-the-middle
-// (.../fim/completions), which sends its usage unasked and refuses the member, on
-// whichever of Mistral's hosts it is served.
-func AsksStreamUsage(path string) bool {
-	return strings.HasSuffix(path, "/completions") && !strings.HasSuffix(path, "/fim/completions")
+// AsksStreamUsage tells whether a request to path (with its query, rawQuery, as it
+// came) is an OpenAI-shaped completion whose stream reports its usage only when asked
+// (stream_options.include_usage): a chat completion (.../chat/completions) or a legacy
+// completion (.../completions: OpenAI's /v1/completions, Azure OpenAI's
+// /openai/deployments/{deployment}/completions, the OpenAI-compatible servers' own),
+// whose stream otherwise ends with no usage and is settled at an estimate from its
+// prompt and text (since 2026-12-03; before, a legacy completion's stream was never
+// asked). Not Mistral's fill-in-the-middle (.../fim/completions), which sends its usage
+// unasked and refuses the member, on whichever of Mistral's hosts it is served; nor a
+// request of an Azure OpenAI API version from before stream_options
+// (AzureVersionWithoutStreamOptions), which Azure answers 400.
+func AsksStreamUsage(path, rawQuery string) bool {
+	return strings.HasSuffix(path, "/completions") && !strings.HasSuffix(path, "/fim/completions") &&
+		!AzureVersionWithoutStreamOptions(rawQuery)
+}
+
+// azureStreamOptionsSince is the first Azure OpenAI API version whose chat completions
+// take stream_options (2024-08-01-preview; the GA versions from 2024-10-21).
+const azureStreamOptionsSince = "2024-08-01"
+
+// AzureVersionWithoutStreamOptions tells whether a query names an Azure OpenAI API
+// version (api-version, a date, "-preview" or not) from before stream_options. Each
+// Azure API version is a frozen contract, and those before 2024-08-01-preview answer a
+// body with stream_options 400 "Unknown parameter: 'stream_options'." (older ones
+// "Unrecognized request argument supplied: stream_options"): asked for its usage, every
+// stream of a program on such a version (2024-02-01, 2024-06-01 and 2023-05-15 are
+// common) failed through the enforcer, where against Azure it runs. Such a stream goes
+// as the client wrote it and is charged an estimate from its prompt and text, reported
+// as such. A version that is not a date (Azure's v1 API's "preview", "latest") and a
+// query without one are not before it. Only the query is read: any upstream that names
+// api-version is Azure's API, or a proxy of it.
+func AzureVersionWithoutStreamOptions(rawQuery string) bool {
+	for p := range QueryParams(rawQuery) { // nothing to read in a request without a query
+		// Any of them: a query naming two versions may be read by either.
+		if v := p.Value; p.Name == "api-version" && len(v) >= len(azureStreamOptionsSince) &&
+			isDate(v[:len(azureStreamOptionsSince)]) && v[:len(azureStreamOptionsSince)] < azureStreamOptionsSince {
+			return true
+		}
+	}
+	return false
+}
+
+// isDate tells whether s is a date written YYYY-MM-DD (digits where the digits go).
+func isDate(s string) bool {
+	if len(s) != 10 || s[4] != '-' || s[7] != '-' {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if i != 4 && i != 7 && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // includeUsageMember is spliced in when a streaming request has no stream_options.

@@ -205,6 +205,41 @@ func TestUsageUnasked(t *testing.T) {
 	}
 }
 
+// A stream is asked for its usage on the completion paths, but for Mistral's FIM and for
+// an Azure OpenAI API version from before stream_options, however its query spells it.
+func TestAsksStreamUsage(t *testing.T) {
+	const azure = "/openai/deployments/gpt-4o/chat/completions"
+	for _, c := range []struct {
+		path, query string
+		want        bool
+	}{
+		{"/v1/chat/completions", "", true},
+		{"/v1/completions", "", true},
+		{"/v1/fim/completions", "", false},
+		{"/v1/embeddings", "", false},
+		{azure, "api-version=2024-10-21", true},
+		{azure, "api-version=2024-08-01-preview", true},
+		{azure, "api-version=2025-04-01-preview", true},
+		{azure, "api-version=2024-06-01", false},
+		{azure, "api-version=2024-07-01-preview", false},
+		{azure, "api-version=2024-02-01", false},
+		{azure, "api-version=2023-05-15", false},
+		{azure, "x=1&api%2Dversion=2024-02-01", false},
+		{azure, "%61pi-version=2024-02-01", false},
+		{azure, "api-version=2024-10-21&api-version=2024-02-01", false}, // either may be the one read
+		{"/openai/deployments/gpt-4o/completions", "api-version=2024-02-01", false},
+		{"/openai/v1/chat/completions", "api-version=preview", true},
+		{"/openai/v1/chat/completions", "", true},
+		{azure, "api-version=latest", true},
+		{azure, "api-version=2024-0x-01", true}, // not a date: Azure's to refuse
+		{azure, "apiversion=2024-02-01", true},
+	} {
+		if got := AsksStreamUsage(c.path, c.query); got != c.want {
+			t.Errorf("AsksStreamUsage(%q, %q) = %v, want %v", c.path, c.query, got, c.want)
+		}
+	}
+}
+
 // wantRewrite fails the test unless a rewrite gave want ("": the body left unchanged);
 // it tells whether there was one to want.
 func wantRewrite(t *testing.T, got []byte, ok bool, want string) bool {
