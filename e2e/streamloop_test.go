@@ -97,3 +97,54 @@ func TestStreamLoopsThatIndexChoicesThroughTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestGoOpenAIAzureDefaultsThroughTheGateway: go-openai's Azure client with its defaults
+// (goopenai.DefaultAzureConfig, whose api-version is 2023-05-15) streams through a
+// gateway route to Azure OpenAI. Azure answers stream_options 400 on that version, so
+// the gateway does not ask for it: the stream runs as against Azure and is charged an
+// estimate from its prompt and text. Before 2026-12-06 every such stream failed.
+func TestGoOpenAIAzureDefaultsThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	awayFromDayBoundary(t, 3*time.Minute)
+	fake, s, o := routedGateway(t, fakellm.Usage{InputTokens: 1_200, OutputTokens: 300}, "api-key", "azure-provider-key")
+	cfg := goopenai.DefaultAzureConfig(o.key, s.gateway)
+	if cfg.APIVersion >= "2024-08-01" {
+		t.Fatalf("go-openai's Azure default is now %s, which takes stream_options: this test no longer shows what it is for", cfg.APIVersion)
+	}
+	client := goopenai.NewClientWithConfig(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := client.CreateChatCompletionStream(ctx, goopenai.ChatCompletionRequest{
+		Model:    model,
+		Messages: []goopenai.ChatCompletionMessage{{Role: goopenai.ChatMessageRoleUser, Content: "Say something."}},
+		Stream:   true,
+	})
+	if err != nil {
+		t.Fatalf("the stream: %v", err)
+	}
+	defer stream.Close()
+	var text strings.Builder
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the stream failed: %v", err)
+		}
+		if len(resp.Choices) > 0 { // Azure's own first event has none (its prompt's filter results)
+			text.WriteString(resp.Choices[0].Delta.Content)
+		}
+	}
+	if text.String() != fakellm.Text {
+		t.Fatalf("the client read %q, want %q", text.String(), fakellm.Text)
+	}
+	calls := fake.Calls()
+	if len(calls) != 1 || calls[0].Query != "api-version="+cfg.APIVersion || !calls[0].Stream || strings.Contains(string(calls[0].Body), "stream_options") {
+		t.Fatalf("the provider got %+v, want one stream at %s as the client wrote it", calls, cfg.APIVersion)
+	}
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
+		t.Fatalf("receipt %s, want an estimate from the prompt and the text", rec)
+	}
+}
