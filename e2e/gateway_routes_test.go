@@ -1965,18 +1965,30 @@ func TestSearchModelsThroughTheGateway(t *testing.T) {
 // The official OpenAI SDK's chat completion through the gateway, streamed and not, is
 // charged that cost exactly (cost basis upstream_cost); before 2026-11-28 it was charged
 // its tokens at the fallback price, the catalog's highest (o1-pro's), and counted unpriced.
+// OpenRouter ends every stream with its usage, asked or not: the stream goes as the SDK
+// wrote it (not asked) and the client gets that event, as from OpenRouter (the gateway
+// leaves out only an event it asked for: since 2026-12-06). The route's upstream is
+// OpenRouter's host, the fake answering for it through a forward proxy.
 func TestOpenRouterThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	dir := sdkDir(t)
-	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, CostUSD: "0.045"})
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000, CostUSD: "0.045"})
+	s := startStack(t, nil)
+	o := s.setUpOrg(t)
+	gateway := startChildEnforcer(t, s, map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0",
+		"TOLLGATE_GATEWAY_UPSTREAM": "http://" + fakellm.OpenRouterHost, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": "Bearer sk-or-provider",
+		"HTTP_PROXY": up.URL, "http_proxy": up.URL, "NO_PROXY": "", "no_proxy": ""}).view.gateway
 	const model = "anthropic/claude-sonnet-4.5"
 	for _, scenario := range []string{"json", "stream"} {
 		t.Run(scenario, func(t *testing.T) {
 			before := len(fake.Calls())
-			r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model)
+			r := runSDK(t, dir, "openai.mjs", scenario, gateway, o.key, model)
 			calls := fake.Calls()[before:]
 			if !r.OK || r.Text != fakellm.Text || len(calls) != 1 || !strings.Contains(string(r.Usage), `"cost":0.045`) {
 				t.Fatalf("the call: %+v; %d provider calls", r, len(calls))
+			}
+			if calls[0].IncludeUsage || strings.Contains(string(calls[0].Body), "stream_options") {
+				t.Fatalf("the request reached OpenRouter rewritten: %s", calls[0].Body)
 			}
 			rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
 			if rec.cost() != 45_000 || rec["complete"] != true || rec["cost_basis"] != "upstream_cost" || rec["cost_source"] != "upstream" {

@@ -718,7 +718,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			mistralStream(ew, id, model, u)
 			return
 		}
-		openAIStream(ew, id, model, chatTier(req.ServiceTier), u, c.IncludeUsage)
+		// OpenRouter ends every stream with its usage, asked or not.
+		openAIStream(ew, id, model, chatTier(req.ServiceTier), u, c.IncludeUsage || r.Host == OpenRouterHost)
 		return
 	}
 	id := fmt.Sprintf("msg_fake%06d", n)
@@ -980,6 +981,11 @@ func azureBeforeStreamOptions(version string) bool {
 	_, err := time.Parse("2006-01-02", version[:10])
 	return err == nil && version[:10] < "2024-08-01"
 }
+
+// OpenRouterHost is OpenRouter's host, which the fake answers as OpenRouter does: every
+// chat stream ends with its usage event, whether stream_options asked for it or not
+// (OpenRouter documents the option as deprecated, of no effect).
+const OpenRouterHost = "openrouter.ai"
 
 // MistralHost is the host of Mistral's API, which the fake answers as Mistral does.
 const MistralHost = "api.mistral.ai"

@@ -38,7 +38,7 @@ type Route struct {
 	// this route (requestbody.AsksStreamUsage) is asked for its usage
 	// (stream_options.include_usage, requestbody.WithIncludeUsage). True but for an
 	// upstream known to refuse the member and send the usage unasked
-	// (requestbody.UsageUnasked: Mistral's API); the routes file's includeUsage says it
+	// (requestbody.UsageUnasked: Mistral's API, OpenRouter); the routes file's includeUsage says it
 	// for any other upstream that refuses it.
 	AskStreamUsage bool
 }

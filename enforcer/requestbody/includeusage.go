@@ -21,13 +21,22 @@ import (
 )
 
 // UsageUnasked tells whether the OpenAI-compatible chat API at host ends every stream
-// with its usage unasked and refuses a body that asks for it: Mistral's API
-// (api.mistral.ai; host may carry a port) answers stream_options with 422 "Extra inputs
-// are not permitted", and its streams' last chunk carries the usage anyway. Such a
-// stream is sent as the client wrote it (WithIncludeUsage is not applied), or every
-// stream through the front door would fail.
+// with its usage unasked, so that its streams are sent as the client wrote them
+// (WithIncludeUsage is not applied; host may carry a port):
+//   - Mistral's API (api.mistral.ai) refuses a body that asks, 422 "Extra inputs are not
+//     permitted", and its streams' last chunk carries the usage anyway: asked, every
+//     stream through the front door would fail.
+//   - OpenRouter (openrouter.ai) includes the usage, with its cost, in every stream's
+//     last event and documents stream_options.include_usage as deprecated, of no
+//     effect. Asked, its usage event would be the gateway's to leave out for a client
+//     that did not ask (package usagechunk), which would take from the client an event
+//     OpenRouter sends it (since 2026-12-06).
 func UsageUnasked(host string) bool {
-	return pricecatalog.HostName(host) == "api.mistral.ai"
+	switch pricecatalog.HostName(host) {
+	case "api.mistral.ai", "openrouter.ai":
+		return true
+	}
+	return false
 }
 
 // AsksStreamUsage tells whether a request to path (with its query, rawQuery, as it

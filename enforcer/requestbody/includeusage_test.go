@@ -191,11 +191,13 @@ func decoderIncludeUsage(body []byte) ([]byte, bool) {
 	return out, true
 }
 
-// Mistral's API refuses stream_options (422) and sends a stream's usage unasked: its
-// host, however written, is told apart from every other.
+// Mistral's API refuses stream_options (422) and sends a stream's usage unasked, and
+// OpenRouter sends it unasked whatever was asked: their hosts, however written, are told
+// apart from every other.
 func TestUsageUnasked(t *testing.T) {
 	for host, want := range map[string]bool{
 		"api.mistral.ai": true, "API.Mistral.AI": true, "api.mistral.ai:443": true, "api.mistral.ai.": true,
+		"openrouter.ai": true, "OpenRouter.ai:443": true, "openrouter.ai.example.com": false,
 		"api.openai.com": false, "eu.api.openai.com": false, "mistral.ai": false, "api.mistral.ai.example.com": false,
 		"myresource.openai.azure.com": false, "": false, "127.0.0.1:8080": false,
 	} {
