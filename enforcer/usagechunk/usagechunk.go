@@ -135,6 +135,21 @@ func (f *Filter) End() []byte {
 // blank line that ends it, or -1 when b holds no such end. Lines end in "\n", "\r\n" or
 // "\r" (the SSE grammar); providers send "\n", and cr says whether b may hold a "\r".
 func eventEnd(b []byte, cr bool) int {
+	// A blank line where an event would begin dispatches nothing: it is a unit of its
+	// own, passed as it is, and never joined to the event after it (whichever way the
+	// reads fell, the same bytes go on).
+	switch {
+	case len(b) == 0:
+		return -1
+	case b[0] == '\n':
+		return 1
+	case b[0] == '\r' && len(b) == 1:
+		return -1 // the first half of "\r\n", maybe
+	case b[0] == '\r' && b[1] == '\n':
+		return 2
+	case b[0] == '\r':
+		return 1
+	}
 	if !cr {
 		if i := bytes.Index(b, lf2); i >= 0 {
 			return i + 2
@@ -174,6 +189,7 @@ var (
 
 var (
 	choicesKey = []byte(`"choices"`)
+	usageKey   = []byte(`"usage"`)
 	dataField  = []byte("data:")
 )
 
@@ -189,7 +205,8 @@ func IsUsageEvent(event []byte) bool {
 		Choices *[]json.RawMessage `json:"choices"`
 		Usage   json.RawMessage    `json:"usage"`
 	}
-	if json.Unmarshal(eventData(event), &chunk) != nil || chunk.Choices == nil || len(*chunk.Choices) != 0 {
+	// encoding/json matches member names regardless of case: "usage" itself must be there.
+	if !bytes.Contains(event, usageKey) || json.Unmarshal(eventData(event), &chunk) != nil || chunk.Choices == nil || len(*chunk.Choices) != 0 {
 		return false
 	}
 	u := bytes.TrimSpace(chunk.Usage)
