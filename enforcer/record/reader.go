@@ -393,12 +393,45 @@ func (r *Reader) pollGeneration(ctx context.Context) (string, error) {
 	} else if old != nil && *old != g {
 		r.log.Info("mirror generation changed", "generation", g)
 		if f := r.rebuilt.Load(); f != nil && sawBefore {
-			// A note that cannot be read is doubt: the settlements are sent again.
-			kept, err := r.layout.PostgresKeptThrough(ctx, r.rdb, g)
-			go (*f)(kept && err == nil)
+			go func() {
+				// The poll's own context ends with the poll: the note is read on its own
+				// bound (rebuildNoteWait).
+				noteCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebuildNoteWait)
+				defer cancel()
+				(*f)(r.postgresKeptThrough(noteCtx, g))
+			}()
 		}
 	}
 	return g, nil
+}
+
+// rebuildNoteWait bounds how long the note of a rebuild (mirror.Layout.
+// PostgresKeptThrough) is read again after a read that failed, before the rebuild is
+// taken as doubt and the settlements of the window are sent again. A Redis master was
+// just replaced when most rebuilds happen, and a first read can fail on its way to the
+// new one (a cluster client's map of the slots not yet refreshed: CI's
+// TestFailoverUnderLoad/cluster saw it, 2026-12-06); a read a moment later finds the
+// note, and an enforcer does not send its whole window again (up to 100,000
+// settlements) for a read that failed once.
+const rebuildNoteWait = 3 * time.Second
+
+// postgresKeptThrough reads the note of the rebuild under gen, again after a failed
+// read (from 50 ms apart, doubling) until ctx ends: any doubt left is false, and the
+// settlements are sent again.
+func (r *Reader) postgresKeptThrough(ctx context.Context, gen string) bool {
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		kept, err := r.layout.PostgresKeptThrough(ctx, r.rdb, gen)
+		if err == nil {
+			return kept
+		}
+		r.redisErrors.Inc()
+		select {
+		case <-ctx.Done():
+			r.log.Warn("cannot read the note of the mirror's rebuild; the settlements of the window are sent again", "generation", gen, "err", err)
+			return false
+		case <-time.After(wait):
+		}
+	}
 }
 
 // OnRebuild has f called, in a goroutine of its own, each time the watcher sees the

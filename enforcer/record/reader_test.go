@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,5 +344,81 @@ func TestOnRebuildRunsForEachNewGeneration(t *testing.T) {
 	case <-rebuilt:
 		t.Fatal("OnRebuild's function ran for a step that was no rebuild")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// failingNoteReads fails the first left reads (GET) of key, as a cluster client whose
+// map of the slots still names a master just replaced fails them, and counts every read.
+type failingNoteReads struct {
+	key         string
+	left, reads atomic.Int32
+}
+
+func (h *failingNoteReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failingNoteReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && args[1] == h.key {
+			h.reads.Add(1)
+			if h.left.Add(-1) >= 0 {
+				err := errors.New("dial tcp: connection refused (the test's)")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failingNoteReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A rebuild's note that cannot be read at first is read again: the enforcer is told
+// Postgres was kept, as noted, rather than left in doubt (its whole window sent again).
+// A note that cannot be read for rebuildNoteWait is doubt.
+func TestRebuildNoteIsReadAgainAfterAFailedRead(t *testing.T) {
+	rdb, l := testredis.New(t)
+	ctx := context.Background()
+	failing := &failingNoteReads{key: l.RebuildKey()}
+	rdb.AddHook(failing)
+	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rebuilt := make(chan bool, 2)
+	r.OnRebuild(func(postgresKept bool) { rebuilt <- postgresKept })
+	rebuild := func(gen string) {
+		t.Helper()
+		if err := l.NoteRebuild(ctx, rdb, gen, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetGeneration(ctx, rdb, gen); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.pollGeneration(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebuild("g1") // the first generation seen: no rebuild
+
+	failing.left.Store(2)
+	start := time.Now()
+	rebuild("g2")
+	select {
+	case kept := <-rebuilt:
+		if !kept || failing.reads.Load() != 3 {
+			t.Fatalf("told Postgres kept %v after %d reads of the note, want true after 3 (two failed)", kept, failing.reads.Load())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnRebuild's function did not run")
+	}
+
+	failing.left.Store(1 << 20)
+	rebuild("g3")
+	select {
+	case kept := <-rebuilt:
+		if kept || time.Since(start) < rebuildNoteWait {
+			t.Fatalf("a note never read: told Postgres kept %v after %v, want doubt after %v", kept, time.Since(start), rebuildNoteWait)
+		}
+	case <-time.After(rebuildNoteWait + 5*time.Second):
+		t.Fatal("OnRebuild's function did not run")
 	}
 }
