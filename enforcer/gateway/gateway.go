@@ -843,12 +843,11 @@ type proxied struct {
 	// whole: the body's length was announced (not a stream), and is relayed as it
 	// came: see respond. (Next to wrote, in its padding.)
 	whole bool
-	// askedUsage: the gateway asked the stream for its usage, which the client did not
-	// (requestbody.AskStreamUsage); unasked, when the answer is a stream it can read,
-	// leaves the usage event the client did not ask for out of what it receives
-	// (package usagechunk).
-	askedUsage bool
-	unasked    *usagechunk.Filter
+	// unasked is set when the gateway asked the stream for its usage, which the client
+	// did not (requestbody.AskStreamUsage), and kept when the answer is a stream it can
+	// read (usagechunk.Applies): it leaves the usage event the client did not ask for
+	// out of what it receives.
+	unasked *usagechunk.Filter
 	// guarded: admitted under the in-flight guard (gate.Answer.Guarded): settled before
 	// the client sees its response end (settleBeforeEnd); relayed counts the bytes of an
 	// announced body relayed so far, to know which write ends it.
@@ -974,7 +973,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	// a body it read is neither read again for nothing nor checked again.
 	if requestbody.AsksStreamUsage(r.URL.Path, r.URL.RawQuery) && p.route.AskStreamUsage {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
-			body, p.askedUsage = b, true
+			body, p.unasked = b, new(usagechunk.Filter)
 		}
 	}
 	if est != nil && est.Guardrail {
@@ -1360,9 +1359,12 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	p.redirectThroughGateway(h, resp.Request)
 	p.admittedHeaders(h)
 	p.nameRequest(h)
-	if p.askedUsage && usagechunk.Applies(resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")) {
-		p.unasked = new(usagechunk.Filter)
-		h.Del("Content-Length") // the usage event left out, the body is shorter
+	if p.unasked != nil {
+		if usagechunk.Applies(resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")) {
+			h.Del("Content-Length") // the usage event left out, the body is shorter
+		} else {
+			p.unasked = nil // an error, or a stream compressed anyway: relayed as it came
+		}
 	}
 	w.WriteHeader(resp.StatusCode)
 	p.rc = http.NewResponseController(w)
@@ -1466,7 +1468,8 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 				out = append(out, p.unasked.End()...) // an event never ended goes as it is
 			}
 		}
-		if n > 0 || len(out) > 0 {
+		moved := n > 0 || len(out) > 0
+		if moved {
 			if p.held != nil {
 				p.held.release() // the headers go out with this chunk, unless they went alone
 				p.held = nil
@@ -1489,7 +1492,7 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 		}
 		// A stream's chunk is flushed as it arrives. A body of announced length goes
 		// out as the server's write buffer fills, and whole at its end.
-		if !p.whole && (n > 0 || len(out) > 0) || p.whole && err != nil {
+		if !p.whole && moved || p.whole && err != nil {
 			if !p.writeBegins() || p.rc.Flush() != nil {
 				return false
 			}
