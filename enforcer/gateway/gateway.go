@@ -27,6 +27,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -55,6 +56,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/enforcer/usagechunk"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redact"
@@ -213,6 +215,9 @@ type Gateway struct {
 	sessions   map[*proxied]context.CancelFunc
 	// sessionsCut: DrainSessions has cut the sessions; one opening since is cut at once.
 	sessionsCut bool
+	// streamOptions remembers the upstreams (and models) that refused the
+	// stream_options the gateway adds (refusedStreamOptions): their streams go unasked.
+	streamOptions *streamoptions.Memory
 	// idleWaits, when set (tests only, before DrainSessions), is told the deadline of
 	// each waitIdle as it begins: a test asserts that deadline, which a descheduled
 	// process cannot make late, rather than timing DrainSessions.
@@ -226,7 +231,8 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 		return nil, errors.New("gateway: no upstream: set an upstream or a routes file")
 	}
 	gw := &Gateway{cfg: cfg, routes: sortRoutes(cfg.Routes), gate: g, tracker: t, limits: limits,
-		slots: make(chan struct{}, cfg.MaxStreams), m: m, log: log, sessions: map[*proxied]context.CancelFunc{}}
+		slots: make(chan struct{}, cfg.MaxStreams), m: m, log: log, sessions: map[*proxied]context.CancelFunc{},
+		streamOptions: streamoptions.NewMemory(time.Now)}
 	gw.up = cfg.Transport
 	if gw.up == nil {
 		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
@@ -971,15 +977,19 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	// Only a stream is asked for its usage; the estimate read the body (est.Stream), so
 	// a body it read is neither read again for nothing nor checked again.
-	if requestbody.AsksStreamUsage(r.URL.Path, r.URL.RawQuery) && p.route.AskStreamUsage {
-		if b, ok := requestbody.AskStreamUsage(body, est); ok {
-			body, p.unasked = b, new(usagechunk.Filter)
-		}
-	}
 	if est != nil && est.Guardrail {
 		// Bedrock's guardrail reports what it billed only in its trace: asked for.
 		if b, ok := requestbody.WithGuardrailTrace(body); ok {
 			body = b
+		}
+	}
+	// unasked is the body as it was, kept until the upstream answers the one that asks
+	// for the stream's usage: an upstream that refuses the field gets it instead.
+	var unasked []byte
+	if requestbody.AsksStreamUsage(r.URL.Path, r.URL.RawQuery) && p.route.AskStreamUsage &&
+		!gw.streamOptions.Refuses(p.route.Upstream.Host, modelOf(est)) {
+		if b, ok := requestbody.AskStreamUsage(body, est); ok {
+			body, unasked, p.unasked = b, body, new(usagechunk.Filter)
 		}
 	}
 
@@ -997,11 +1007,34 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		p.credentialFailed(w, r, err)
 		return false
 	}
+	resp, ok := p.send(ctx, w, r, body, cred, est)
+	if !ok {
+		return false
+	}
+	if unasked != nil && p.refusedStreamOptions(resp, modelOf(est)) {
+		// Nothing was generated (the upstream refused the body): the client's own goes
+		// instead, and its stream is charged an estimate, as any unasked stream is.
+		p.unasked = nil
+		p.wrote.Store(false) // a refused request is not billed: only this one counts
+		if resp, ok = p.send(ctx, w, r, unasked, cred, est); !ok {
+			return false
+		}
+	}
+	p.resp = resp
+	gw.answered(w, OutcomeProxied)
+	p.upstreamAnswered(resp.StatusCode)
+	return true
+}
+
+// send sends the upstream request with body, signed where the route signs; false when
+// it was answered (the request could not be built or signed, the upstream failed).
+func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, cred string, est *estimate.Request) (*http.Response, bool) {
+	gw := p.gw
 	out, err := p.upstreamRequest(ctx, r, body, cred, requestbody.Streamed(r.URL.Path, est))
 	if err != nil {
 		gw.answered(w, OutcomeUpstreamError)
 		writeError(w, http.StatusBadGateway, "api_error", "service_gateway_upstream_error", "The upstream request could not be built.", nil)
-		return false
+		return nil, false
 	}
 	if p.guardrailTrace != "" {
 		out.Header.Set(requestbody.HeaderBedrockTrace, p.guardrailTrace) // before the request is signed
@@ -1010,7 +1043,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		if err := p.route.Signer.Sign(ctx, out, body, p.upload && r.ContentLength != 0); err != nil {
 			closeUnsent(out)
 			p.credentialFailed(w, r, err)
-			return false
+			return nil, false
 		}
 	}
 	if p.log != nil {
@@ -1038,17 +1071,57 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	resp, err := gw.up.RoundTrip(out)
 	if err != nil {
 		p.upstreamFailed(w, r, err)
-		return false
+		return nil, false
 	}
-	p.resp = resp
 	firstByte := time.Since(sent)
 	gw.m.FirstByte.Observe(firstByte.Seconds())
 	if p.log != nil {
 		p.log.firstByte = firstByte
 	}
-	gw.answered(w, OutcomeProxied)
+	return resp, true
+}
+
+// refusedStreamOptions tells whether resp, the answer to a body the gateway asked for
+// its stream's usage, refuses that field (streamoptions.Refused); if so the answer is
+// closed, counted, logged and the refusal remembered for the route's upstream and model.
+// Otherwise what was read of resp's body is put back before the rest.
+func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
+	if (resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusUnprocessableEntity) ||
+		resp.Header.Get("Content-Encoding") != "" || resp.ContentLength > streamoptions.MaxErrorBytes {
+		return false
+	}
+	gw := p.gw
+	// An upstream that stops sending its error's body is given up after the idle
+	// timeout, as any answer is.
+	giveUp := time.AfterFunc(gw.cfg.IdleTimeout, func() { _ = resp.Body.Close() })
+	read, err := io.ReadAll(io.LimitReader(resp.Body, streamoptions.MaxErrorBytes+1))
+	giveUp.Stop()
+	if err != nil || len(read) > streamoptions.MaxErrorBytes || !streamoptions.Refused(resp.StatusCode, read) {
+		resp.Body = readAgain{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), Closer: resp.Body}
+		return false
+	}
+	_ = resp.Body.Close()
 	p.upstreamAnswered(resp.StatusCode)
+	upstream := p.route.Upstream.Host
+	if gw.streamOptions.Learn(upstream, model) {
+		gw.log.Warn("gateway: the upstream refuses stream_options.include_usage; its streams of this model go as the client wrote them for an hour, charged an estimate (set the route's includeUsage: false to skip asking)",
+			"request_id", p.id, "route", p.route.Prefix, "upstream", upstream, "model", model, "status", resp.StatusCode)
+	}
 	return true
+}
+
+// readAgain is an answer's body with what was read of it put back in front.
+type readAgain struct {
+	io.Reader
+	io.Closer
+}
+
+// modelOf is the model a request's body named, "" when it was not read.
+func modelOf(est *estimate.Request) string {
+	if est == nil {
+		return ""
+	}
+	return est.Model
 }
 
 // closeUnsent closes the body of an upstream request that is not sent: RoundTrip closes

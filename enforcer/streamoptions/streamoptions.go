@@ -1,0 +1,116 @@
+// Package streamoptions learns which upstreams refuse the stream_options the enforcer
+// adds to OpenAI-shaped streams (requestbody.AskStreamUsage), so that a program that
+// runs against such an upstream runs through the enforcer too.
+//
+// The enforcer asks every OpenAI chat (and legacy completion) stream for its usage, which
+// such a stream reports only when asked. The known upstreams that refuse the field are
+// left unasked by rule (requestbody.UsageUnasked, AzureVersionWithoutStreamOptions), but
+// OpenAI-compatible servers are many, and some answer a body with stream_options 400 or
+// 422 where the client's own body, without it, runs: an older Groq ("property
+// 'stream_options' is unsupported"), an OpenAI-compatible front of Amazon Bedrock
+// ("extraneous key [include_usage] is not permitted"), an Azure AI inference API version
+// ("Unknown parameter: 'stream_options'"), a strict schema ("Extra inputs are not
+// permitted", naming the field in its location). Asked, every stream of a program on
+// such an upstream failed through the enforcer.
+//
+// Refused tells such an answer from others: a 400 or 422 whose body names stream_options
+// or include_usage. The gateway, having seen one to a stream it asked, sends the client's
+// own body again at once (nothing was generated, so nothing was billed) and the stream
+// is charged an estimate from its prompt and text, as any unasked stream is. Memory
+// remembers the refusal for an hour per upstream and model, so the next streams there go
+// unasked from the start; after the hour the upstream is asked again, so that one that
+// has learned the field is charged exactly again. Behind Envoy the enforcer cannot send a
+// request again: the first stream fails as it did before, and it learns from that answer.
+package streamoptions
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// MaxErrorBytes is how much of an answer's body Refused reads: an error's JSON is far
+// smaller, and a body longer than this is not the refusal looked for.
+const MaxErrorBytes = 16 << 10
+
+// Refused tells whether an upstream's answer (its status and the first MaxErrorBytes of
+// its body, as it came) refuses the stream_options of a request that carried the
+// enforcer's: a 400 or 422 whose body names stream_options or include_usage, in any case.
+// A refusal for another reason names neither. A compressed body is not read (the
+// gateway asks a stream's upstream for no coding, so its errors come as they are).
+func Refused(status int, body []byte) bool {
+	if status != http.StatusBadRequest && status != http.StatusUnprocessableEntity {
+		return false
+	}
+	// An error's body, once per refused request: a lowered copy is simpler than a
+	// search ignoring case, and costs nothing that matters here.
+	lower := bytes.ToLower(body)
+	return bytes.Contains(lower, []byte("stream_options")) || bytes.Contains(lower, []byte("include_usage"))
+}
+
+// Remembered is how long a refusal is remembered: the upstream's streams for that model
+// go unasked for this long, then it is asked again.
+const Remembered = time.Hour
+
+// maxRemembered bounds the refusals remembered at once (upstreams and models come from
+// configuration and from clients' bodies): past it a refusal is not remembered, and each
+// stream there meets it again, which the gateway answers by sending the body again.
+const maxRemembered = 4096
+
+// maxModelBytes bounds the model name of a remembered refusal; a longer one (no model
+// name is this long) is not remembered.
+const maxModelBytes = 256
+
+// Memory remembers refusals per upstream and model. The zero value is not usable: see
+// NewMemory. Safe for concurrent use.
+type Memory struct {
+	now func() time.Time
+	mu  sync.Mutex
+	// until holds each remembered refusal's end.
+	until map[key]time.Time
+}
+
+type key struct{ upstream, model string }
+
+// NewMemory returns an empty memory reading the time from now.
+func NewMemory(now func() time.Time) *Memory {
+	return &Memory{now: now, until: map[key]time.Time{}}
+}
+
+// Refuses tells whether upstream refused stream_options for model within the last
+// Remembered. A nil Memory remembers nothing.
+func (m *Memory) Refuses(upstream, model string) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	until, ok := m.until[key{upstream, model}]
+	return ok && m.now().Before(until)
+}
+
+// Learn remembers that upstream refused stream_options for model, for Remembered from
+// now. It returns false when the refusal could not be remembered (the memory full of
+// refusals still current, or a model name over maxModelBytes).
+func (m *Memory) Learn(upstream, model string) bool {
+	if m == nil || len(model) > maxModelBytes {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	k := key{upstream, model}
+	if _, ok := m.until[k]; !ok && len(m.until) >= maxRemembered {
+		for old, until := range m.until {
+			if !now.Before(until) {
+				delete(m.until, old)
+			}
+		}
+		if len(m.until) >= maxRemembered {
+			return false
+		}
+	}
+	m.until[k] = now.Add(Remembered)
+	return true
+}

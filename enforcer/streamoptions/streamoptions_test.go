@@ -1,0 +1,109 @@
+package streamoptions_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
+)
+
+func TestRefused(t *testing.T) {
+	cases := []struct {
+		name   string
+		status int
+		body   string
+		want   bool
+	}{
+		// Answers upstreams gave to a body carrying stream_options, as their users
+		// reported them.
+		{"openai-shaped unknown parameter", 400, `{"error":{"message":"Unknown parameter: 'stream_options'.","type":"invalid_request_error","param":"stream_options","code":"unknown_parameter"}}`, true},
+		{"azure's older wording", 400, `{"error":{"code":null,"message":"Unrecognized request argument supplied: stream_options","param":null,"type":"invalid_request_error"}}`, true},
+		{"groq's older answer", 400, `{"error":{"message":"property 'stream_options' is unsupported, did you mean 'stream'?","type":"invalid_request_error"}}` + "\n", true},
+		{"bedrock's validation", 400, `{"message":"extraneous key [include_usage] is not permitted"}`, true},
+		{"a strict schema's 422", 422, `{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{"include_usage":true}}]}`, true},
+		{"the name in capitals", 400, `{"error":"STREAM_OPTIONS is not supported"}`, true},
+		// Not a refusal of the field.
+		{"another bad request", 400, `{"error":{"message":"Invalid model: gpt-9","type":"invalid_request_error"}}`, false},
+		{"a rate limit naming it", 429, `{"error":{"message":"stream_options: slow down"}}`, false},
+		{"a server error naming it", 500, `{"error":{"message":"failed reading stream_options"}}`, false},
+		{"a stream naming it", 200, `data: {"stream_options":{"include_usage":true}}`, false},
+		{"an empty 400", 400, ``, false},
+		{"half the name", 400, `{"error":"stream_opt"}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := streamoptions.Refused(c.status, []byte(c.body)); got != c.want {
+				t.Errorf("Refused(%d, %s) = %v, want %v", c.status, c.body, got, c.want)
+			}
+		})
+	}
+}
+
+// clock is a time the test moves.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func TestMemoryRemembersAnHourPerUpstreamAndModel(t *testing.T) {
+	c := &clock{t: time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)}
+	m := streamoptions.NewMemory(c.now)
+	if m.Refuses("api.example.com", "m1") {
+		t.Fatal("an empty memory remembers a refusal")
+	}
+	if !m.Learn("api.example.com", "m1") {
+		t.Fatal("a refusal was not remembered")
+	}
+	if !m.Refuses("api.example.com", "m1") {
+		t.Error("a refusal just learned is not remembered")
+	}
+	if m.Refuses("api.example.com", "m2") || m.Refuses("other.example.com", "m1") {
+		t.Error("a refusal is remembered for another model or another upstream")
+	}
+	c.t = c.t.Add(streamoptions.Remembered - time.Second)
+	if !m.Refuses("api.example.com", "m1") {
+		t.Error("a refusal is forgotten before its hour")
+	}
+	c.t = c.t.Add(time.Second)
+	if m.Refuses("api.example.com", "m1") {
+		t.Error("a refusal is remembered past its hour: the upstream is never asked again")
+	}
+	// Learned again, it lasts an hour from then.
+	m.Learn("api.example.com", "m1")
+	c.t = c.t.Add(streamoptions.Remembered / 2)
+	if !m.Refuses("api.example.com", "m1") {
+		t.Error("a refusal learned again is not remembered")
+	}
+	var none *streamoptions.Memory
+	if none.Learn("a", "b") || none.Refuses("a", "b") {
+		t.Error("a nil memory remembers")
+	}
+}
+
+func TestMemoryIsBounded(t *testing.T) {
+	c := &clock{t: time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)}
+	m := streamoptions.NewMemory(c.now)
+	n := 0
+	for ; m.Learn("api.example.com", fmt.Sprint("model-", n)); n++ {
+		if n > 1<<20 {
+			t.Fatal("the memory takes refusals without bound")
+		}
+	}
+	if n < 1000 {
+		t.Fatalf("the memory holds only %d refusals", n)
+	}
+	if m.Refuses("api.example.com", fmt.Sprint("model-", n)) {
+		t.Error("a refusal it could not take is remembered")
+	}
+	if !m.Refuses("api.example.com", "model-0") {
+		t.Error("a full memory forgot a current refusal")
+	}
+	// Once the remembered refusals have ended, their room is taken again.
+	c.t = c.t.Add(streamoptions.Remembered)
+	if !m.Learn("api.example.com", "a new model") || !m.Refuses("api.example.com", "a new model") {
+		t.Error("a memory full of ended refusals takes no new one")
+	}
+	if m.Learn("api.example.com", string(make([]byte, 257))) {
+		t.Error("a model name over 256 bytes was remembered")
+	}
+}
