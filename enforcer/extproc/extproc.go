@@ -20,12 +20,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -52,12 +54,16 @@ type Server struct {
 	// AllowDeferred lets the requests of these endpoints billed later through
 	// (requestbody.Deferred); the others are answered 403 service_gateway_billing_deferred.
 	AllowDeferred requestbody.DeferredAllowed
+	// streamOptions remembers the upstreams (and models) that refused the
+	// stream_options this server added to a stream's body: their streams go unasked.
+	streamOptions *streamoptions.Memory
 }
 
 // New returns the ext_proc server.
 func New(t *inflight.Tracker, m *metrics.Metrics, limits responseusage.Limits) *Server {
 	return &Server{tracker: t, m: m, limits: limits,
-		Decoding: requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, m.RequestDecodes)}
+		Decoding:      requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, m.RequestDecodes),
+		streamOptions: streamoptions.NewMemory(time.Now)}
 }
 
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
@@ -116,6 +122,10 @@ type stream struct {
 	contentLength int64
 
 	status int32
+	// refusal holds the first bytes of an answer that may refuse the stream_options
+	// the request filter added (a 400 or 422 as it came: finish asks
+	// streamoptions.Refused); nil for any other answer.
+	refusal []byte
 	// reply is what Envoy said of the answer with its headers (the response attributes
 	// response.flags and response.code_details, when the filter asks for them).
 	reply envoyreply.Reply
@@ -217,6 +227,10 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		st.reply = envoyreply.Read(req.GetAttributes())
 		if st.requestID != "" && st.ext == nil && !st.requestOnly {
 			st.ext = responseusage.New(h.Get("Content-Type"), responseusage.Headers(h), st.s.limits)
+			if (st.status == http.StatusBadRequest || st.status == http.StatusUnprocessableEntity) && h.Get("Content-Encoding") == "" &&
+				requestbody.AsksStreamUsage(st.path, st.query) {
+				st.refusal = make([]byte, 0, 512)
+			}
 		}
 		if r.ResponseHeaders.GetEndOfStream() {
 			st.finish(true)
@@ -227,6 +241,10 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			// The extractor never fails on content; an error means a write after
 			// the end, which the done flag already prevents.
 			_ = st.ext.Write(r.ResponseBody.GetBody())
+		}
+		if st.refusal != nil && len(st.refusal) <= streamoptions.MaxErrorBytes {
+			b := r.ResponseBody.GetBody()
+			st.refusal = append(st.refusal, b[:min(len(b), streamoptions.MaxErrorBytes+1-len(st.refusal))]...)
 		}
 		if r.ResponseBody.GetEndOfStream() {
 			st.finish(true)
@@ -404,8 +422,13 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// for nothing nor checked again).
 	if requestbody.AsksStreamUsage(st.path, st.query) && !requestbody.UsageUnasked(st.host()) {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
-			body, replace = b, true
-			m.WithLabelValues("include_usage_set").Inc()
+			if st.s.streamOptions.Refuses(st.host(), modelOf(est)) {
+				m.WithLabelValues("include_usage_refused").Inc() // sent as it came
+			} else {
+				body, replace = b, true
+				st.s.tracker.NoteUsageAsked(st.requestID)
+				m.WithLabelValues("include_usage_set").Inc()
+			}
 		}
 	}
 	if est != nil && est.Guardrail {
@@ -578,6 +601,28 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 	}}}
 }
 
+// learnRefusal remembers that the request's upstream refused the stream_options the
+// request filter added (streamoptions.Refused, of the whole answer): the next streams of
+// that model to that host go as their clients wrote them, charged an estimate. Envoy
+// cannot send this request again without the field, so its client got the refusal.
+func (st *stream) learnRefusal(endOfStream bool) {
+	if st.refusal == nil || !endOfStream || len(st.refusal) > streamoptions.MaxErrorBytes ||
+		!streamoptions.Refused(int(st.status), st.refusal) {
+		return
+	}
+	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked {
+		st.s.streamOptions.Learn(st.host(), model)
+	}
+}
+
+// modelOf is the model a request's body named, "" when it was not read.
+func modelOf(est *estimate.Request) string {
+	if est == nil {
+		return ""
+	}
+	return est.Model
+}
+
 // finish reports the response's end once. endOfStream is false when it broke off.
 func (st *stream) finish(endOfStream bool) {
 	if st.done {
@@ -597,6 +642,7 @@ func (st *stream) finish(endOfStream bool) {
 	if st.ext != nil {
 		got = st.ext.Finish(endOfStream)
 	}
+	st.learnRefusal(endOfStream)
 	var u inflight.Usage
 	unbilled := requestbody.Unbilled(st.method, st.path)
 	switch {

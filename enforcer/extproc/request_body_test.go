@@ -1088,3 +1088,54 @@ func answerBodyOffTheTest(e *enforcertest.Env, id, path, body, coding string) *e
 	_ = st.CloseSend()
 	return resp
 }
+
+// An upstream that refuses the stream_options the request filter added (its answer, seen
+// by the response filter, a 400 naming the field) has the next streams of that model
+// sent as their clients wrote them. Envoy cannot send the refused request again: its
+// client got the refusal. A refusal of a body the client wrote itself, or a 400 for
+// another reason, teaches nothing.
+func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	const refusal = `{"error":{"message":"property 'stream_options' is unsupported, did you mean 'stream'?","type":"invalid_request_error"}}`
+	bodyOf := func(model string) string { return strings.Replace(chatStreamBody, "gpt-4o-mini", model, 1) }
+	// call sends a stream's body through the request filter, then its answer through the
+	// response filter, and reports whether the body was rewritten to ask for its usage.
+	call := func(body, status, answer string) (asked bool) {
+		t.Helper()
+		id, _ := e.Admit(t, w.Key)
+		asked = sendRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: body}).GetResponse() != nil
+		runStream(t, e, streamSpec{requestID: id, status: status, contentType: "application/json", chunks: [][]byte{[]byte(answer)}})
+		return asked
+	}
+	refused := func() float64 {
+		return e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_refused")
+	}
+
+	if !call(bodyOf("llama-3"), "400", refusal) {
+		t.Fatal("the first stream was not asked for its usage")
+	}
+	if call(bodyOf("llama-3"), "200", "{}") || refused() != 1 {
+		t.Fatalf("the next stream of the model was asked again (include_usage_refused %v)", refused())
+	}
+	if !call(bodyOf("llama-4"), "200", "{}") {
+		t.Error("another model's stream was not asked")
+	}
+
+	// A 400 for another reason.
+	call(bodyOf("m-x"), "400", `{"error":{"message":"The model m-x does not exist"}}`)
+	if !call(bodyOf("m-x"), "200", "{}") {
+		t.Error("a 400 for another reason left the model's streams unasked")
+	}
+	// The client's own stream_options refused: the upstream was not asked by the enforcer.
+	own := `{"stream_options":{"include_usage":true},` + bodyOf("m-y")[1:]
+	if call(own, "400", refusal) {
+		t.Fatal("a body that asked itself was rewritten")
+	}
+	if !call(bodyOf("m-y"), "200", "{}") {
+		t.Error("a refusal of the client's own body left the model's streams unasked")
+	}
+	if refused() != 1 {
+		t.Errorf("include_usage_refused counted %v, want 1", refused())
+	}
+}

@@ -437,6 +437,9 @@ type reading struct {
 	advisorMaxTokens int64
 	containerKind    string
 	guardrail        bool
+	// usageAsked: the body was rewritten to ask the stream for its usage
+	// (NoteUsageAsked).
+	usageAsked bool
 	// guardrailCheckBytes is the body's length of a guardrail called on its own
 	// (RecordGuardrailCheck), 0 for any other request.
 	guardrailCheckBytes int64
@@ -526,6 +529,37 @@ func (t *Tracker) Guarded(id string) bool {
 	defer s.mu.Unlock()
 	r := s.m[id]
 	return r != nil && r.Guarded
+}
+
+// NoteUsageAsked notes that the body of request id, recorded (RecordRequest), went
+// upstream rewritten to ask its stream for its usage (requestbody.AskStreamUsage): an
+// answer refusing that field is then the enforcer's doing (UsageAsked). It reports
+// whether this process knows the request and its reading.
+func (t *Tracker) NoteUsageAsked(id string) bool {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[id]
+	if r == nil || r.read == nil {
+		return false
+	}
+	r.read.usageAsked = true
+	return true
+}
+
+// UsageAsked tells whether request id's body went upstream asking its stream for its
+// usage (NoteUsageAsked), with the model the body named: ext_proc's response stream,
+// which did not see the body, learns from it that an upstream refuses the field
+// (package streamoptions).
+func (t *Tracker) UsageAsked(id string) (model string, asked bool) {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.m[id]
+	if r == nil || r.read == nil || !r.read.usageAsked {
+		return "", false
+	}
+	return r.read.model, true
 }
 
 // Known tells whether the request id is in the table: admitted by this process and not
