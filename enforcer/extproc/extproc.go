@@ -125,7 +125,8 @@ type stream struct {
 	// refusal holds the first bytes of an answer that may refuse the stream_options
 	// the request filter added (a 400 or 422 as it came: finish asks
 	// streamoptions.Refused); nil for any other answer.
-	refusal []byte
+	refusal       []byte
+	refusalCoding []string // its Content-Encoding values
 	// reply is what Envoy said of the answer with its headers (the response attributes
 	// response.flags and response.code_details, when the filter asks for them).
 	reply envoyreply.Reply
@@ -227,9 +228,8 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		st.reply = envoyreply.Read(req.GetAttributes())
 		if st.requestID != "" && st.ext == nil && !st.requestOnly {
 			st.ext = responseusage.New(h.Get("Content-Type"), responseusage.Headers(h), st.s.limits)
-			if (st.status == http.StatusBadRequest || st.status == http.StatusUnprocessableEntity) && h.Get("Content-Encoding") == "" &&
-				requestbody.AsksStreamUsage(st.path, st.query) {
-				st.refusal = make([]byte, 0, 512)
+			if (st.status == http.StatusBadRequest || st.status == http.StatusUnprocessableEntity) && requestbody.AsksStreamUsage(st.path, st.query) {
+				st.refusal, st.refusalCoding = make([]byte, 0, 512), h.Values("Content-Encoding")
 			}
 		}
 		if r.ResponseHeaders.GetEndOfStream() {
@@ -607,7 +607,7 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 // cannot send this request again without the field, so its client got the refusal.
 func (st *stream) learnRefusal(endOfStream bool) {
 	if st.refusal == nil || !endOfStream || len(st.refusal) > streamoptions.MaxErrorBytes ||
-		!streamoptions.Refused(int(st.status), st.refusal) {
+		!streamoptions.Refused(int(st.status), st.refusalCoding, st.refusal) {
 		return
 	}
 	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked {

@@ -1087,7 +1087,7 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 // Otherwise what was read of resp's body is put back before the rest.
 func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
 	if (resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusUnprocessableEntity) ||
-		resp.Header.Get("Content-Encoding") != "" || resp.ContentLength > streamoptions.MaxErrorBytes {
+		resp.ContentLength > streamoptions.MaxErrorBytes {
 		return false
 	}
 	gw := p.gw
@@ -1096,7 +1096,7 @@ func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
 	giveUp := time.AfterFunc(gw.cfg.IdleTimeout, func() { _ = resp.Body.Close() })
 	read, err := io.ReadAll(io.LimitReader(resp.Body, streamoptions.MaxErrorBytes+1))
 	giveUp.Stop()
-	if err != nil || len(read) > streamoptions.MaxErrorBytes || !streamoptions.Refused(resp.StatusCode, read) {
+	if err != nil || len(read) > streamoptions.MaxErrorBytes || !streamoptions.Refused(resp.StatusCode, resp.Header.Values("Content-Encoding"), read) {
 		resp.Body = readAgain{Reader: io.MultiReader(bytes.NewReader(read), resp.Body), Closer: resp.Body}
 		return false
 	}

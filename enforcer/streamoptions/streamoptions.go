@@ -28,26 +28,40 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
 
 // MaxErrorBytes is how much of an answer's body Refused reads: an error's JSON is far
 // smaller, and a body longer than this is not the refusal looked for.
 const MaxErrorBytes = 16 << 10
 
-// Refused tells whether an upstream's answer (its status and the first MaxErrorBytes of
-// its body, as it came) refuses the stream_options of a request that carried the
-// enforcer's: a 400 or 422 whose body names stream_options or include_usage, in any case.
-// A refusal for another reason names neither. A compressed body is not read (the
-// gateway asks a stream's upstream for no coding, so its errors come as they are).
-func Refused(status int, body []byte) bool {
+// Refused tells whether an upstream's answer refuses the stream_options of a request
+// that carried the enforcer's: a 400 or 422 whose body names stream_options or
+// include_usage, in any case. A refusal for another reason names neither. status is the
+// answer's, contentEncoding its Content-Encoding values, and body the first
+// MaxErrorBytes of its body as it came, decoded here (gzip, deflate, br: a server may
+// compress its errors whatever the request offered; Databricks' gzips them).
+func Refused(status int, contentEncoding []string, body []byte) bool {
 	if status != http.StatusBadRequest && status != http.StatusUnprocessableEntity {
 		return false
+	}
+	if codings := requestbody.Codings(contentEncoding); len(codings) > 0 {
+		decoded, err := requestbody.Decode(codings, body, maxDecodedErrorBytes)
+		if err != nil {
+			return false // not an error's JSON, or not one read here
+		}
+		body = decoded
 	}
 	// An error's body, once per refused request: a lowered copy is simpler than a
 	// search ignoring case, and costs nothing that matters here.
 	lower := bytes.ToLower(body)
 	return bytes.Contains(lower, []byte("stream_options")) || bytes.Contains(lower, []byte("include_usage"))
 }
+
+// maxDecodedErrorBytes bounds a compressed error's body decoded (a bomb is not
+// inflated further).
+const maxDecodedErrorBytes = 4 * MaxErrorBytes
 
 // Remembered is how long a refusal is remembered: the upstream's streams for that model
 // go unasked for this long, then it is asked again.

@@ -1,6 +1,8 @@
 package streamoptions_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +11,20 @@ import (
 )
 
 func TestRefused(t *testing.T) {
+	t.Run("compressed", func(t *testing.T) {
+		body := `{"error":{"message":"Unknown parameter: 'stream_options'."}}`
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, _ = zw.Write([]byte(body))
+		_ = zw.Close()
+		if !streamoptions.Refused(400, []string{"gzip"}, gz.Bytes()) {
+			t.Error("a gzipped refusal was not read")
+		}
+		if streamoptions.Refused(400, nil, gz.Bytes()) || streamoptions.Refused(400, []string{"gzip"}, []byte(body)) ||
+			streamoptions.Refused(400, []string{"zstd"}, []byte(body)) {
+			t.Error("a body read in the wrong coding was taken for a refusal")
+		}
+	})
 	cases := []struct {
 		name   string
 		status int
@@ -33,7 +49,7 @@ func TestRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := streamoptions.Refused(c.status, []byte(c.body)); got != c.want {
+			if got := streamoptions.Refused(c.status, nil, []byte(c.body)); got != c.want {
 				t.Errorf("Refused(%d, %s) = %v, want %v", c.status, c.body, got, c.want)
 			}
 		})
