@@ -2184,3 +2184,69 @@ func TestAdministrationIsFree(t *testing.T) {
 	}
 	s.waitUsed(t, o, 4, 0)
 }
+
+// TestAnUpstreamRefusingStreamOptionsThroughTheGateway: Databricks Model Serving, an
+// OpenAI-compatible API, refuses a Claude model's stream that carries
+// stream_options.include_usage (400, gzipped, Bedrock's validation error), where the
+// official OpenAI SDK's own stream, without it, runs. Through the gateway the first such
+// stream is refused, sent again as the SDK wrote it, answered, and charged an estimate;
+// the next streams of that model go unasked from the start; a model there that takes the
+// field is asked and charged exactly. Before 2026-12-06 every stream of such a model
+// failed through the gateway with the upstream's 400.
+func TestAnUpstreamRefusingStreamOptionsThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	s.guardPolicy(t, o, "1000", nil) // room for four calls of models nobody priced (the fallback price)
+	const claude, gptOSS = fakellm.DatabricksBedrockModelPrefix + "-sonnet-4-5", "databricks-gpt-oss-120b"
+	basePath := "TOLLGATE_BASE_PATH=/serving-endpoints"
+	call := func(t *testing.T, scenario, model string) ([]fakellm.Call, receipt) {
+		t.Helper()
+		before := len(fake.Calls())
+		r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model, basePath)
+		if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
+			t.Fatalf("the call failed or lost its text: %+v", r)
+		}
+		calls := fake.Calls()[before:]
+		for _, c := range calls {
+			if c.Path != fakellm.DatabricksChatPath || c.Model != model {
+				t.Fatalf("the provider got %s %s", c.Path, c.Model)
+			}
+		}
+		return calls, waitReceipt(t, s, calls[len(calls)-1].Header.Get("X-Service-Request-Id"))
+	}
+	t.Run("the first stream of a model that refuses the field", func(t *testing.T) {
+		calls, rec := call(t, "stream", claude)
+		if len(calls) != 2 || !calls[0].IncludeUsage || strings.Contains(string(calls[1].Body), "stream_options") ||
+			calls[0].Header.Get("X-Service-Request-Id") != calls[1].Header.Get("X-Service-Request-Id") {
+			t.Fatalf("the provider got %d calls, want the asked body refused, then the SDK's own, as one request", len(calls))
+		}
+		if rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
+			t.Fatalf("receipt %s, want an estimate", rec)
+		}
+	})
+	t.Run("the next stream of that model", func(t *testing.T) {
+		calls, rec := call(t, "stream", claude)
+		if len(calls) != 1 || strings.Contains(string(calls[0].Body), "stream_options") {
+			t.Fatalf("the provider got %d calls (%s), want the SDK's body alone", len(calls), calls[0].Body)
+		}
+		if rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
+			t.Fatalf("receipt %s, want an estimate", rec)
+		}
+	})
+	t.Run("a model that takes the field", func(t *testing.T) {
+		calls, rec := call(t, "stream", gptOSS)
+		if len(calls) != 1 || !calls[0].IncludeUsage {
+			t.Fatalf("the provider got %d calls, want one asked for its usage", len(calls))
+		}
+		if rec["cost_basis"] != "reported_usage" || rec["complete"] != true || rec["input_tokens"] != 10_000.0 {
+			t.Fatalf("receipt %s, want the usage reported", rec)
+		}
+	})
+	t.Run("not streamed", func(t *testing.T) {
+		calls, rec := call(t, "json", claude)
+		if len(calls) != 1 || rec["cost_basis"] != "reported_usage" || rec["complete"] != true {
+			t.Fatalf("%d calls, receipt %s, want one call charged its usage", len(calls), rec)
+		}
+	})
+}

@@ -507,7 +507,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.API, c.Stream = bedrockAPI, bedrockStreaming(bedrockAPI)
 	case r.Method == http.MethodPost && vertexAPI != "":
 		c.API, c.Stream = vertexAPI, vertexStream
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
+	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == DatabricksChatPath):
 		c.API = OpenAIChat
 	case r.Method == http.MethodPost && deployment != "" && r.URL.Query().Get("api-version") != "":
 		c.API = OpenAIChat
@@ -578,6 +578,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprint(w, `{"object":"error","message":{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{"include_usage":true}}]},"type":"invalid_request_error","param":null,"code":null}`)
+		return
+	case r.URL.Path == DatabricksChatPath && strings.HasPrefix(req.Model, DatabricksBedrockModelPrefix) && hasMember(body, "stream_options"):
+		databricksRefusal(w)
 		return
 	case deployment != "" && hasMember(body, "stream_options") && azureBeforeStreamOptions(r.URL.Query().Get("api-version")):
 		w.Header().Set("Content-Type", "application/json")
@@ -980,6 +983,30 @@ func azureBeforeStreamOptions(version string) bool {
 	}
 	_, err := time.Parse("2006-01-02", version[:10])
 	return err == nil && version[:10] < "2024-08-01"
+}
+
+// DatabricksChatPath is the chat completions path of Databricks Model Serving's
+// OpenAI-compatible API (its clients' base URL is https://<workspace>/serving-endpoints).
+const DatabricksChatPath = "/serving-endpoints/chat/completions"
+
+// DatabricksBedrockModelPrefix begins the names of the models the fake serves as
+// Databricks serves its Claude models, through Amazon Bedrock: such a model refuses a body
+// with stream_options (databricksRefusal), where the others take it.
+const DatabricksBedrockModelPrefix = "databricks-claude"
+
+// databricksRefusal answers as Databricks answered OpenCode's stream of a Claude model
+// that carried stream_options.include_usage (reported 2025-11-24): 400, gzipped whatever
+// the request offered, with Bedrock's validation error type. The body's words are
+// Bedrock's own for the key (as litellm's users reported them): the report left its
+// body out.
+func databricksRefusal(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Header().Set("X-Amzn-Errortype", "ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/")
+	w.WriteHeader(http.StatusBadRequest)
+	zw := gzip.NewWriter(w)
+	fmt.Fprint(zw, `{"error_code":"BAD_REQUEST","message":"{\"message\":\"extraneous key [include_usage] is not permitted\"}"}`)
+	_ = zw.Close()
 }
 
 // OpenRouterHost is OpenRouter's host, which the fake answers as OpenRouter does: every

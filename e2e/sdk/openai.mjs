@@ -49,7 +49,9 @@ import { Stream } from 'openai/streaming';
 import { chatCompletion, chatStream, handshakeRefused, run, settings } from './report.mjs';
 
 const s = settings();
-const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: s.apiKey });
+// TOLLGATE_BASE_PATH, when set, replaces /v1: the path an OpenAI-compatible provider's
+// clients put after its host (Databricks' /serving-endpoints).
+const client = new OpenAI({ baseURL: `${s.baseURL}${process.env.TOLLGATE_BASE_PATH ?? '/v1'}`, apiKey: s.apiKey });
 const messages = [{ role: 'user', content: 'How are tolls paid?' }];
 
 await run('openai', s.scenario, async () => {
