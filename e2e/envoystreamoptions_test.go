@@ -1,0 +1,52 @@
+package e2e_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+)
+
+// TestEnvoyLearnsAnUpstreamRefusesStreamOptions: behind deploy/envoy/envoy.yaml's filter
+// chain, the official OpenAI SDK's stream of a Databricks Claude model, which refuses the
+// stream_options the enforcer adds (fakellm's databricksRefusal), fails once: Envoy
+// cannot send the request again without it, and its client gets the 400 the upstream
+// gave. The enforcer learns from that answer, and the next streams of the model go as
+// the SDK wrote them, answered and charged an estimate. Before 2026-12-06 every one of
+// them failed.
+func TestEnvoyLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	s := startStack(t)
+	o := s.setUpOrg(t)
+	s.guardPolicy(t, o, "1000", nil) // room for the calls of a model nobody priced
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage { return fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000} }}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	_, front := s.deployedEnvoy(t, up.URL)
+	const model = fakellm.DatabricksBedrockModelPrefix + "-sonnet-4-5"
+	basePath := "TOLLGATE_BASE_PATH=/serving-endpoints"
+
+	r := runSDK(t, dir, "openai.mjs", "stream", front, o.key, model, basePath)
+	calls := fake.Calls()
+	if r.OK || r.Status != 400 || len(calls) != 1 || !calls[0].IncludeUsage {
+		t.Fatalf("the first stream: %+v, %d provider calls; want the upstream's 400 to the body asked for its usage", r, len(calls))
+	}
+	rec := waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+	if rec.cost() != 0 {
+		t.Fatalf("the refused stream's receipt %s, want nothing charged", rec)
+	}
+
+	for i := range 2 {
+		r = runSDK(t, dir, "openai.mjs", "stream", front, o.key, model, basePath)
+		calls = fake.Calls()[1+i:]
+		if !r.OK || r.Text != fakellm.Text || len(calls) != 1 || strings.Contains(string(calls[0].Body), "stream_options") {
+			t.Fatalf("stream %d after the refusal: %+v, %d provider calls; want the SDK's own body, answered", i+1, r, len(calls))
+		}
+		rec = waitReceipt(t, s, calls[0].Header.Get("X-Service-Request-Id"))
+		if rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
+			t.Fatalf("stream %d's receipt %s, want an estimate", i+1, rec)
+		}
+	}
+}
