@@ -63,7 +63,7 @@ type Server struct {
 func New(t *inflight.Tracker, m *metrics.Metrics, limits responseusage.Limits) *Server {
 	return &Server{tracker: t, m: m, limits: limits,
 		Decoding:      requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, m.RequestDecodes),
-		streamOptions: streamoptions.NewMemory(time.Now)}
+		streamOptions: streamoptions.NewMemory(time.Now, refusalRemembered)}
 }
 
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
@@ -97,8 +97,11 @@ type stream struct {
 	authority    string // the host the request is for (requestbody.RegionalHost)
 	// upstreamHost is the route's upstream host where Envoy sends it as a request
 	// attribute (upstreamHostOf), which the host rules prefer to the authority.
-	upstreamHost     string
-	hasContentLength bool
+	upstreamHost string
+	// routeIncludeUsage is what the route says of asking its streams for their usage
+	// (includeUsageOf), nil when it says nothing.
+	routeIncludeUsage *bool
+	hasContentLength  bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
 	// headersSeen: the stream's request headers came (a second is refused: Process).
@@ -195,6 +198,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.requestHeaders(r.RequestHeaders.GetHeaders())
 		st.upstreamHost = upstreamHostOf(req.GetAttributes())
+		st.routeIncludeUsage = includeUsageOf(req.GetAttributes())
 		if st.webSocket && st.requestID != "" && !st.s.AllowDeferred.Allows(requestbody.DeferredRealtime) {
 			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
 			// messages, and the usage in them, are never seen here. Only the enforcer's
@@ -420,7 +424,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	}
 	// Only a stream is asked for its usage (est.Stream: the body is neither read again
 	// for nothing nor checked again).
-	if requestbody.AsksStreamUsage(st.path, st.query) && !requestbody.UsageUnasked(st.host()) {
+	if requestbody.AsksStreamUsage(st.path, st.query) && st.routeAsksUsage() {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			if st.s.streamOptions.Refuses(st.host(), modelOf(est)) {
 				m.WithLabelValues("include_usage_refused").Inc() // sent as it came
@@ -455,6 +459,16 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		return continueRequestBody
 	}
 	return st.bodyResponse(body, replace, acceptEncoding)
+}
+
+// routeAsksUsage tells whether the request's route asks its OpenAI streams for their
+// usage: as its include_usage attribute says, else unless its host sends the usage
+// unasked or refuses the field (requestbody.UsageUnasked).
+func (st *stream) routeAsksUsage() bool {
+	if st.routeIncludeUsage != nil {
+		return *st.routeIncludeUsage
+	}
+	return !requestbody.UsageUnasked(st.host())
 }
 
 // noteForm notes for the settlement what a multipart form body said (an upload: a
@@ -496,22 +510,58 @@ func (st *stream) host() string {
 // gives it.
 const upstreamHostAttribute = "upstream_host"
 
-// upstreamHostOf is the route's upstream host among a request's attributes (any
-// attribute struct's string field whose key ends with upstreamHostAttribute, brackets and
-// quotes aside), as pricecatalog.HostName gives it; "" when there is none or it is no
-// host name.
+// upstreamHostOf is the route's upstream host among a request's attributes (routeAttribute),
+// as pricecatalog.HostName gives it; "" when there is none or it is no host name.
 func upstreamHostOf(attrs map[string]*structpb.Struct) string {
+	if h := pricecatalog.HostName(routeAttribute(attrs, upstreamHostAttribute).GetStringValue()); pricecatalog.ValidHost(h) {
+		return h
+	}
+	return ""
+}
+
+// includeUsageAttribute is the name that ends the request attribute that says whether
+// the route's OpenAI chat streams are asked for their usage, as the gateway's routes file
+// says it (includeUsage): deploy/envoy/envoy.yaml's
+// xds.route_metadata.filter_metadata['tollgate']['include_usage'].
+const includeUsageAttribute = "include_usage"
+
+// Whether a route asks its streams for their usage (includeUsageOf).
+var (
+	routeAsks    = true
+	routeNotAsks = false
+)
+
+// includeUsageOf is what the route's include_usage attribute says (routeAttribute): a
+// bool, or the string "true" or "false"; nil when the route says nothing (the host's
+// rule then decides: requestbody.UsageUnasked).
+func includeUsageOf(attrs map[string]*structpb.Struct) *bool {
+	v := routeAttribute(attrs, includeUsageAttribute) // nil reads as neither
+	if b, ok := v.GetKind().(*structpb.Value_BoolValue); ok {
+		if b.BoolValue {
+			return &routeAsks
+		}
+		return &routeNotAsks
+	}
+	switch strings.ToLower(v.GetStringValue()) {
+	case "true":
+		return &routeAsks
+	case "false":
+		return &routeNotAsks
+	}
+	return nil
+}
+
+// routeAttribute is the value of the request attribute whose key ends with name
+// (brackets and quotes aside, in any attribute struct), nil when there is none.
+func routeAttribute(attrs map[string]*structpb.Struct, name string) *structpb.Value {
 	for _, s := range attrs {
 		for k, v := range s.GetFields() {
-			if !strings.HasSuffix(strings.TrimRight(k, `'"]`), upstreamHostAttribute) {
-				continue
-			}
-			if h := pricecatalog.HostName(v.GetStringValue()); pricecatalog.ValidHost(h) {
-				return h
+			if strings.HasSuffix(strings.TrimRight(k, `'"]`), name) {
+				return v
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // maxDecodedBody bounds what a compressed request body may decode to (a compression
@@ -614,6 +664,12 @@ func (st *stream) learnRefusal(endOfStream bool) {
 		st.s.streamOptions.Learn(st.host(), model)
 	}
 }
+
+// refusalRemembered is how long ext_proc remembers that an upstream refused
+// stream_options for a model. Behind Envoy each time the enforcer asks again, a client's
+// stream fails (Envoy cannot send it again without the field), so it asks again only
+// once a day.
+const refusalRemembered = 24 * time.Hour
 
 // modelOf is the model a request's body named, "" when it was not read.
 func modelOf(est *estimate.Request) string {

@@ -161,6 +161,17 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 			attributes: routeHost("api.mistral.ai")}, ""},
 		{"a stream whose route goes elsewhere", bodySpec{path: "/v1/chat/completions", body: chatStreamBody, authority: "api.mistral.ai",
 			attributes: routeHost("api.groq.com")}, withUsage},
+		// The route's include_usage metadata decides, as a routes file's includeUsage does.
+		{"a route whose metadata says include_usage false", bodySpec{path: "/v1/chat/completions", body: chatStreamBody,
+			attributes: routeMetadata("include_usage", structpb.NewBoolValue(false))}, ""},
+		{"the same as a string", bodySpec{path: "/v1/chat/completions", body: chatStreamBody,
+			attributes: routeMetadata("include_usage", structpb.NewStringValue("false"))}, ""},
+		{"a route to Mistral's API whose metadata says include_usage true", bodySpec{path: "/v1/chat/completions", body: chatStreamBody,
+			authority: "api.mistral.ai", attributes: routeMetadata("include_usage", structpb.NewBoolValue(true))}, withUsage},
+		{"the same with the route's upstream host", bodySpec{path: "/v1/chat/completions", body: chatStreamBody,
+			attributes: routeMetadata("include_usage", structpb.NewStringValue("true"), "upstream_host", structpb.NewStringValue("api.mistral.ai"))}, withUsage},
+		{"a value neither true nor false leaves it to the host", bodySpec{path: "/v1/chat/completions", body: chatStreamBody,
+			attributes: routeMetadata("include_usage", structpb.NewStringValue("no"))}, withUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.requestID, _ = e.Admit(t, w.Key)
@@ -193,12 +204,12 @@ func TestExtProcRequestBodyAsksStreamsForUsage(t *testing.T) {
 			}
 		})
 	}
-	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 6 ||
+	if e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "include_usage_set") != 9 ||
 		e.Metric("tollgate_enforcer_extproc_request_bodies_total", "result", "not_json") != 1 {
 		t.Fatal("request bodies not counted")
 	}
 	// A request-body stream never settles: the response's stream does.
-	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 14 {
+	if e.CP.SettleItems.Load() != 0 || e.Enforcer.Tracker.Len() != 19 {
 		t.Fatalf("settled %d, tracked %d", e.CP.SettleItems.Load(), e.Enforcer.Tracker.Len())
 	}
 }
@@ -256,6 +267,16 @@ func TestExtProcAsksStreamsForNoContentCoding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// routeMetadata is the attributes deploy/envoy/envoy.yaml's request-body filter may ask
+// Envoy for, of the route's tollgate metadata: name and value pairs.
+func routeMetadata(pairs ...any) map[string]*structpb.Struct {
+	fields := map[string]*structpb.Value{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		fields["xds.route_metadata.filter_metadata['tollgate']['"+pairs[i].(string)+"']"] = pairs[i+1].(*structpb.Value)
+	}
+	return map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: fields}}
 }
 
 func routeHost(host string) map[string]*structpb.Struct {

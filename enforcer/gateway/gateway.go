@@ -232,7 +232,7 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 	}
 	gw := &Gateway{cfg: cfg, routes: sortRoutes(cfg.Routes), gate: g, tracker: t, limits: limits,
 		slots: make(chan struct{}, cfg.MaxStreams), m: m, log: log, sessions: map[*proxied]context.CancelFunc{},
-		streamOptions: streamoptions.NewMemory(time.Now)}
+		streamOptions: streamoptions.NewMemory(time.Now, refusalRemembered)}
 	gw.up = cfg.Transport
 	if gw.up == nil {
 		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
@@ -1109,6 +1109,12 @@ func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
 	}
 	return true
 }
+
+// refusalRemembered is how long the gateway remembers that an upstream refused
+// stream_options for a model. Asking again costs only a round trip (the gateway sends
+// the client's body at once), so an hour lets an upstream that learned the field be
+// charged exactly again soon.
+const refusalRemembered = time.Hour
 
 // readAgain is an answer's body with what was read of it put back in front.
 type readAgain struct {

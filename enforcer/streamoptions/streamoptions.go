@@ -17,10 +17,11 @@
 // or include_usage. The gateway, having seen one to a stream it asked, sends the client's
 // own body again at once (nothing was generated, so nothing was billed) and the stream
 // is charged an estimate from its prompt and text, as any unasked stream is. Memory
-// remembers the refusal for an hour per upstream and model, so the next streams there go
-// unasked from the start; after the hour the upstream is asked again, so that one that
-// has learned the field is charged exactly again. Behind Envoy the enforcer cannot send a
-// request again: the first stream fails as it did before, and it learns from that answer.
+// remembers the refusal for a while per upstream and model, so the next streams there go
+// unasked from the start; after it the upstream is asked again, so that one that has
+// learned the field is charged exactly again. Behind Envoy the enforcer cannot send a
+// request again: the first stream fails as it did before, and it learns from that answer
+// (so it remembers longer there: each time it asks again, a client's stream may fail).
 package streamoptions
 
 import (
@@ -63,10 +64,6 @@ func Refused(status int, contentEncoding []string, body []byte) bool {
 // inflated further).
 const maxDecodedErrorBytes = 4 * MaxErrorBytes
 
-// Remembered is how long a refusal is remembered: the upstream's streams for that model
-// go unasked for this long, then it is asked again.
-const Remembered = time.Hour
-
 // maxRemembered bounds the refusals remembered at once (upstreams and models come from
 // configuration and from clients' bodies): past it a refusal is not remembered, and each
 // stream there meets it again, which the gateway answers by sending the body again.
@@ -80,20 +77,24 @@ const maxModelBytes = 256
 // NewMemory. Safe for concurrent use.
 type Memory struct {
 	now func() time.Time
-	mu  sync.Mutex
+	// remember is how long a refusal is remembered: the upstream's streams of that
+	// model go unasked for this long, then it is asked again.
+	remember time.Duration
+	mu       sync.Mutex
 	// until holds each remembered refusal's end.
 	until map[key]time.Time
 }
 
 type key struct{ upstream, model string }
 
-// NewMemory returns an empty memory reading the time from now.
-func NewMemory(now func() time.Time) *Memory {
-	return &Memory{now: now, until: map[key]time.Time{}}
+// NewMemory returns an empty memory that remembers each refusal for remember, reading
+// the time from now.
+func NewMemory(now func() time.Time, remember time.Duration) *Memory {
+	return &Memory{now: now, remember: remember, until: map[key]time.Time{}}
 }
 
-// Refuses tells whether upstream refused stream_options for model within the last
-// Remembered. A nil Memory remembers nothing.
+// Refuses tells whether upstream refused stream_options for model within the time a
+// refusal is remembered. A nil Memory remembers nothing.
 func (m *Memory) Refuses(upstream, model string) bool {
 	if m == nil {
 		return false
@@ -104,8 +105,8 @@ func (m *Memory) Refuses(upstream, model string) bool {
 	return ok && m.now().Before(until)
 }
 
-// Learn remembers that upstream refused stream_options for model, for Remembered from
-// now. It returns false when the refusal could not be remembered (the memory full of
+// Learn remembers that upstream refused stream_options for model, from now on for the
+// time a refusal is remembered. It returns false when the refusal could not be remembered (the memory full of
 // refusals still current, or a model name over maxModelBytes).
 func (m *Memory) Learn(upstream, model string) bool {
 	if m == nil || len(model) > maxModelBytes {
@@ -125,6 +126,6 @@ func (m *Memory) Learn(upstream, model string) bool {
 			return false
 		}
 	}
-	m.until[k] = now.Add(Remembered)
+	m.until[k] = now.Add(m.remember)
 	return true
 }

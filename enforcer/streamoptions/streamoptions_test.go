@@ -63,7 +63,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func TestMemoryRemembersAnHourPerUpstreamAndModel(t *testing.T) {
 	c := &clock{t: time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)}
-	m := streamoptions.NewMemory(c.now)
+	m := streamoptions.NewMemory(c.now, time.Hour)
 	if m.Refuses("api.example.com", "m1") {
 		t.Fatal("an empty memory remembers a refusal")
 	}
@@ -76,7 +76,7 @@ func TestMemoryRemembersAnHourPerUpstreamAndModel(t *testing.T) {
 	if m.Refuses("api.example.com", "m2") || m.Refuses("other.example.com", "m1") {
 		t.Error("a refusal is remembered for another model or another upstream")
 	}
-	c.t = c.t.Add(streamoptions.Remembered - time.Second)
+	c.t = c.t.Add(time.Hour - time.Second)
 	if !m.Refuses("api.example.com", "m1") {
 		t.Error("a refusal is forgotten before its hour")
 	}
@@ -86,7 +86,7 @@ func TestMemoryRemembersAnHourPerUpstreamAndModel(t *testing.T) {
 	}
 	// Learned again, it lasts an hour from then.
 	m.Learn("api.example.com", "m1")
-	c.t = c.t.Add(streamoptions.Remembered / 2)
+	c.t = c.t.Add(time.Hour / 2)
 	if !m.Refuses("api.example.com", "m1") {
 		t.Error("a refusal learned again is not remembered")
 	}
@@ -98,7 +98,7 @@ func TestMemoryRemembersAnHourPerUpstreamAndModel(t *testing.T) {
 
 func TestMemoryIsBounded(t *testing.T) {
 	c := &clock{t: time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)}
-	m := streamoptions.NewMemory(c.now)
+	m := streamoptions.NewMemory(c.now, time.Hour)
 	n := 0
 	for ; m.Learn("api.example.com", fmt.Sprint("model-", n)); n++ {
 		if n > 1<<20 {
@@ -115,7 +115,7 @@ func TestMemoryIsBounded(t *testing.T) {
 		t.Error("a full memory forgot a current refusal")
 	}
 	// Once the remembered refusals have ended, their room is taken again.
-	c.t = c.t.Add(streamoptions.Remembered)
+	c.t = c.t.Add(time.Hour)
 	if !m.Learn("api.example.com", "a new model") || !m.Refuses("api.example.com", "a new model") {
 		t.Error("a memory full of ended refusals takes no new one")
 	}
