@@ -27,6 +27,9 @@ type refusingUpstream struct {
 
 const unaskedStream = `data: {"object":"chat.completion.chunk","model":"llama-3","choices":[{"index":0,"delta":{"content":"hello there"}}]}` + "\n\ndata: [DONE]\n\n"
 
+// longError is a 400 of 20 KiB that names stream_options past its first 16 KiB.
+var longError = `{"error":{"message":"` + strings.Repeat("x", 20<<10) + ` stream_options"}}`
+
 const groqRefusal = `{"error":{"message":"property 'stream_options' is unsupported, did you mean 'stream'?","type":"invalid_request_error"}}` + "\n"
 
 func (u *refusingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -39,6 +42,13 @@ func (u *refusingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, `{"error":{"message":"The model no-such-model does not exist","type":"invalid_request_error"}}`)
+	case bytes.Contains(body, []byte(`"model":"long-error"`)):
+		// Longer than what is read to tell a refusal, sent chunked: relayed whole.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, longError[:100])
+		w.(http.Flusher).Flush()
+		_, _ = io.WriteString(w, longError[100:])
 	case bytes.Contains(body, []byte("stream_options")):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -125,6 +135,16 @@ func TestAnUpstreamThatRefusesStreamOptionsGetsTheClientsBody(t *testing.T) {
 	}
 	if sent = up.sent(); len(sent) != 1 {
 		t.Fatalf("a bad model was sent %d times, want once", len(sent))
+	}
+	e.tracker.settledOnce(t)
+
+	// An answer longer than what is read to tell a refusal reaches the client whole.
+	status, got = stream("long-error", "")
+	if status != http.StatusBadRequest || got != longError {
+		t.Fatalf("a long 400 got %d and %d bytes, want the upstream's %d", status, len(got), len(longError))
+	}
+	if sent = up.sent(); len(sent) != 1 {
+		t.Fatalf("a long 400 was sent %d times, want once", len(sent))
 	}
 	e.tracker.settledOnce(t)
 
