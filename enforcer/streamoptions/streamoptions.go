@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -80,7 +81,10 @@ type Memory struct {
 	// remember is how long a refusal is remembered: the upstream's streams of that
 	// model go unasked for this long, then it is asked again.
 	remember time.Duration
-	mu       sync.Mutex
+	// remembered counts the refusals in until, so that asking a memory with none, as
+	// every stream asks it, takes no lock.
+	remembered atomic.Int32
+	mu         sync.Mutex
 	// until holds each remembered refusal's end.
 	until map[key]time.Time
 }
@@ -96,13 +100,19 @@ func NewMemory(now func() time.Time, remember time.Duration) *Memory {
 // Refuses tells whether upstream refused stream_options for model within the time a
 // refusal is remembered. A nil Memory remembers nothing.
 func (m *Memory) Refuses(upstream, model string) bool {
-	if m == nil {
+	if m == nil || m.remembered.Load() == 0 {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	until, ok := m.until[key{upstream, model}]
-	return ok && m.now().Before(until)
+	k := key{upstream, model}
+	until, ok := m.until[k]
+	if ok && !m.now().Before(until) {
+		delete(m.until, k) // ended: asked again from now on
+		m.remembered.Store(int32(len(m.until)))
+		return false
+	}
+	return ok
 }
 
 // Learn remembers that upstream refused stream_options for model, from now on for the
@@ -127,5 +137,6 @@ func (m *Memory) Learn(upstream, model string) bool {
 		}
 	}
 	m.until[k] = now.Add(m.remember)
+	m.remembered.Store(int32(len(m.until)))
 	return true
 }
