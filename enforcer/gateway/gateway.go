@@ -1007,7 +1007,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		p.credentialFailed(w, r, err)
 		return false
 	}
-	resp, ok := p.send(ctx, w, r, body, cred, est)
+	resp, ok := p.send(ctx, w, r, body, cred, est, &p.trace)
 	if !ok {
 		return false
 	}
@@ -1016,7 +1016,8 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		// instead, and its stream is charged an estimate, as any unasked stream is.
 		p.unasked = nil
 		p.wrote.Store(false) // a refused request is not billed: only this one counts
-		if resp, ok = p.send(ctx, w, r, unasked, cred, est); !ok {
+		// A trace of its own: the first request's write loop may still call its own.
+		if resp, ok = p.send(ctx, w, r, unasked, cred, est, new(httptrace.ClientTrace)); !ok {
 			return false
 		}
 	}
@@ -1026,9 +1027,11 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// send sends the upstream request with body, signed where the route signs; false when
-// it was answered (the request could not be built or signed, the upstream failed).
-func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, cred string, est *estimate.Request) (*http.Response, bool) {
+// send sends the upstream request with body, signed where the route signs, followed by
+// trace (which tells when the request was written: p.wrote); false when it was answered
+// (the request could not be built or signed, the upstream failed).
+func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, cred string, est *estimate.Request,
+	trace *httptrace.ClientTrace) (*http.Response, bool) {
 	gw := p.gw
 	out, err := p.upstreamRequest(ctx, r, body, cred, requestbody.Streamed(r.URL.Path, est))
 	if err != nil {
@@ -1055,9 +1058,9 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	var held *heldRequest
 	if out.Body != nil && !p.upload && !httpguts.HeaderValuesContainsToken(out.Header["Expect"], "100-continue") {
 		held = &heldRequest{}
-		p.trace.GotConn, p.trace.WroteHeaders = held.gotConn, held.wroteHeaders
+		trace.GotConn, trace.WroteHeaders = held.gotConn, held.wroteHeaders
 	}
-	p.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+	trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
 		err := info.Err
 		if held != nil {
 			err = held.wroteRequest(err)
@@ -1066,7 +1069,7 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			p.wrote.Store(true)
 		}
 	}
-	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &p.trace))
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
 	sent := time.Now()
 	resp, err := gw.up.RoundTrip(out)
 	if err != nil {
