@@ -8,8 +8,8 @@
 // OpenAI-compatible servers are many, and some answer a body with stream_options 400 or
 // 422 where the client's own body, without it, runs: an older Groq ("property
 // 'stream_options' is unsupported"), an OpenAI-compatible front of Amazon Bedrock
-// ("extraneous key [include_usage] is not permitted"), an Azure AI inference API version
-// ("Unknown parameter: 'stream_options'"), a strict schema ("Extra inputs are not
+// ("extraneous key [include_usage] is not permitted"), a relay in front of an upstream
+// that does not know it ("Unknown parameter: 'stream_options'"), a strict schema ("Extra inputs are not
 // permitted", naming the field in its location). Asked, every stream of a program on
 // such an upstream failed through the enforcer.
 //
