@@ -37,6 +37,9 @@ func TestEnvoyLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 	if rec.cost() != 0 {
 		t.Fatalf("the refused stream's receipt %s, want nothing charged", rec)
 	}
+	if !strings.Contains(s.enfLogs.String(), "extproc: the upstream refused stream_options.include_usage") {
+		t.Error("the enforcer logged no warning of what it learned")
+	}
 
 	for i := range 2 {
 		r = runSDK(t, dir, "openai.mjs", "stream", front, o.key, model, basePath)

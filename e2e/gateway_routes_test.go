@@ -2224,6 +2224,9 @@ func TestAnUpstreamRefusingStreamOptionsThroughTheGateway(t *testing.T) {
 		if rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
 			t.Fatalf("receipt %s, want an estimate", rec)
 		}
+		if !strings.Contains(s.enfLogs.String(), "gateway: the upstream refuses stream_options.include_usage") {
+			t.Error("the enforcer logged no warning of what it learned")
+		}
 	})
 	t.Run("the next stream of that model", func(t *testing.T) {
 		calls, rec := call(t, "stream", claude)

@@ -292,6 +292,7 @@ func New(d Deps) *Enforcer {
 	xp := extproc.New(e.Tracker, m, responseusage.Limits{})
 	e.Decoding = xp.Decoding
 	xp.AllowDeferred = cfg.AllowDeferred()
+	xp.Log = log
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, xp)
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)

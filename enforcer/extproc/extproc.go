@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -54,6 +55,8 @@ type Server struct {
 	// AllowDeferred lets the requests of these endpoints billed later through
 	// (requestbody.Deferred); the others are answered 403 service_gateway_billing_deferred.
 	AllowDeferred requestbody.DeferredAllowed
+	// Log, when set, gets a warning for each refusal learned (learnRefusal).
+	Log *slog.Logger
 	// streamOptions remembers the upstreams (and models) that refused the
 	// stream_options this server added to a stream's body: their streams go unasked.
 	streamOptions *streamoptions.Memory
@@ -660,8 +663,9 @@ func (st *stream) learnRefusal(endOfStream bool) {
 		!streamoptions.Refused(int(st.status), st.refusalCoding, st.refusal) {
 		return
 	}
-	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked {
-		st.s.streamOptions.Learn(st.host(), model)
+	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked && st.s.streamOptions.Learn(st.host(), model) && st.s.Log != nil {
+		st.s.Log.Warn("extproc: the upstream refused stream_options.include_usage, and its client got the refusal; its streams of this model go as their clients wrote them for a day, charged an estimate (give the route the tollgate metadata include_usage: false to skip asking)",
+			"request_id", st.requestID, "host", st.host(), "model", model, "status", st.status)
 	}
 }
 
