@@ -239,6 +239,14 @@ var ErrNotObject = errors.New("estimate: the body is not a JSON object")
 // AskedTier is the dearest tier the request asks for.
 func (r Request) AskedTier() pricecatalog.Tier { return max(r.ServiceTier, r.Speed, r.Latency) }
 
+// ModelName is the model the body named; "" for a body not read (a nil Request).
+func (r *Request) ModelName() string {
+	if r == nil {
+		return ""
+	}
+	return r.Model
+}
+
 // skipValue are keys whose string value names something rather than carrying text.
 var skipValue = map[string]bool{
 	"model": true, "role": true, "type": true, "id": true, "tool_call_id": true, "call_id": true,

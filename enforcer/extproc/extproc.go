@@ -21,7 +21,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
-	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
@@ -235,7 +234,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		st.reply = envoyreply.Read(req.GetAttributes())
 		if st.requestID != "" && st.ext == nil && !st.requestOnly {
 			st.ext = responseusage.New(h.Get("Content-Type"), responseusage.Headers(h), st.s.limits)
-			if (st.status == http.StatusBadRequest || st.status == http.StatusUnprocessableEntity) && requestbody.AsksStreamUsage(st.path, st.query) {
+			if streamoptions.MayRefuse(int(st.status)) && requestbody.AsksStreamUsage(st.path, st.query) {
 				st.refusal, st.refusalCoding = make([]byte, 0, 512), h.Values("Content-Encoding")
 			}
 		}
@@ -429,7 +428,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// for nothing nor checked again).
 	if requestbody.AsksStreamUsage(st.path, st.query) && st.routeAsksUsage() {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
-			if st.s.streamOptions.Refuses(st.host(), modelOf(est)) {
+			if st.s.streamOptions.Refuses(st.host(), est.ModelName()) {
 				m.WithLabelValues("include_usage_refused").Inc() // sent as it came
 			} else {
 				body, replace = b, true
@@ -674,14 +673,6 @@ func (st *stream) learnRefusal(endOfStream bool) {
 // stream fails (Envoy cannot send it again without the field), so it asks again only
 // once a day.
 const refusalRemembered = 24 * time.Hour
-
-// modelOf is the model a request's body named, "" when it was not read.
-func modelOf(est *estimate.Request) string {
-	if est == nil {
-		return ""
-	}
-	return est.Model
-}
 
 // finish reports the response's end once. endOfStream is false when it broke off.
 func (st *stream) finish(endOfStream bool) {

@@ -987,7 +987,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	// for the stream's usage: an upstream that refuses the field gets it instead.
 	var unasked []byte
 	if requestbody.AsksStreamUsage(r.URL.Path, r.URL.RawQuery) && p.route.AskStreamUsage &&
-		!gw.streamOptions.Refuses(p.route.Upstream.Host, modelOf(est)) {
+		!gw.streamOptions.Refuses(p.route.Upstream.Host, est.ModelName()) {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
 			body, unasked, p.unasked = b, body, new(usagechunk.Filter)
 		}
@@ -1011,7 +1011,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	if unasked != nil && p.refusedStreamOptions(resp, modelOf(est)) {
+	if unasked != nil && p.refusedStreamOptions(resp, est.ModelName()) {
 		// Nothing was generated (the upstream refused the body): the client's own goes
 		// instead, and its stream is charged an estimate, as any unasked stream is.
 		p.unasked = nil
@@ -1089,8 +1089,7 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 // closed, counted, logged and the refusal remembered for the route's upstream and model.
 // Otherwise what was read of resp's body is put back before the rest.
 func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
-	if (resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusUnprocessableEntity) ||
-		resp.ContentLength > streamoptions.MaxErrorBytes {
+	if !streamoptions.MayRefuse(resp.StatusCode) || resp.ContentLength > streamoptions.MaxErrorBytes {
 		return false
 	}
 	gw := p.gw
@@ -1123,14 +1122,6 @@ const refusalRemembered = time.Hour
 type readAgain struct {
 	io.Reader
 	io.Closer
-}
-
-// modelOf is the model a request's body named, "" when it was not read.
-func modelOf(est *estimate.Request) string {
-	if est == nil {
-		return ""
-	}
-	return est.Model
 }
 
 // closeUnsent closes the body of an upstream request that is not sent: RoundTrip closes

@@ -45,7 +45,7 @@ const MaxErrorBytes = 16 << 10
 // MaxErrorBytes of its body as it came, decoded here (gzip, deflate, br: a server may
 // compress its errors whatever the request offered; Databricks' gzips them).
 func Refused(status int, contentEncoding []string, body []byte) bool {
-	if status != http.StatusBadRequest && status != http.StatusUnprocessableEntity {
+	if !MayRefuse(status) {
 		return false
 	}
 	if codings := requestbody.Codings(contentEncoding); len(codings) > 0 {
@@ -59,6 +59,12 @@ func Refused(status int, contentEncoding []string, body []byte) bool {
 	// search ignoring case, and costs nothing that matters here.
 	lower := bytes.ToLower(body)
 	return bytes.Contains(lower, []byte("stream_options")) || bytes.Contains(lower, []byte("include_usage"))
+}
+
+// MayRefuse tells whether an answer of this status may refuse stream_options (400 or
+// 422): only then is its body kept for Refused.
+func MayRefuse(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusUnprocessableEntity
 }
 
 // maxDecodedErrorBytes bounds a compressed error's body decoded (a bomb is not
