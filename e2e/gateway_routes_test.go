@@ -2190,20 +2190,27 @@ func TestAdministrationIsFree(t *testing.T) {
 // stream_options.include_usage (400, gzipped, Bedrock's validation error), where the
 // official OpenAI SDK's own stream, without it, runs. Through the gateway the first such
 // stream is refused, sent again as the SDK wrote it, answered, and charged an estimate;
-// the next streams of that model go unasked from the start; a model there that takes the
+// the next streams of that model go unasked from the start, through this replica and
+// through another one (the refusal is shared through Redis); a model there that takes the
 // field is asked and charged exactly. Before 2026-12-06 every stream of such a model
 // failed through the gateway with the upstream's 400.
 func TestAnUpstreamRefusingStreamOptionsThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	dir := sdkDir(t)
-	fake, s, o := gatewayWithUsage(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
-	s.guardPolicy(t, o, "1000", nil) // room for four calls of models nobody priced (the fallback price)
+	fake, up := fixedUsageUpstream(t, fakellm.Usage{InputTokens: 10_000, OutputTokens: 1_000})
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	s.guardPolicy(t, o, "1000", nil) // room for five calls of models nobody priced (the fallback price)
 	const claude, gptOSS = fakellm.DatabricksBedrockModelPrefix + "-sonnet-4-5", "databricks-gpt-oss-120b"
 	basePath := "TOLLGATE_BASE_PATH=/serving-endpoints"
-	call := func(t *testing.T, scenario, model string) ([]fakellm.Call, receipt) {
+	call := func(t *testing.T, scenario, model string, through ...*stack) ([]fakellm.Call, receipt) {
 		t.Helper()
+		gw := s.gateway
+		if len(through) > 0 {
+			gw = through[0].gateway
+		}
 		before := len(fake.Calls())
-		r := runSDK(t, dir, "openai.mjs", scenario, s.gateway, o.key, model, basePath)
+		r := runSDK(t, dir, "openai.mjs", scenario, gw, o.key, model, basePath)
 		if !r.OK || r.Status != 200 || r.Text != fakellm.Text {
 			t.Fatalf("the call failed or lost its text: %+v", r)
 		}
@@ -2230,6 +2237,21 @@ func TestAnUpstreamRefusingStreamOptionsThroughTheGateway(t *testing.T) {
 	})
 	t.Run("the next stream of that model", func(t *testing.T) {
 		calls, rec := call(t, "stream", claude)
+		if len(calls) != 1 || strings.Contains(string(calls[0].Body), "stream_options") {
+			t.Fatalf("the provider got %d calls (%s), want the SDK's body alone", len(calls), calls[0].Body)
+		}
+		if rec["cost_basis"] != "estimate" || rec.cost() <= 0 {
+			t.Fatalf("receipt %s, want an estimate", rec)
+		}
+	})
+	t.Run("another enforcer replica", func(t *testing.T) {
+		// What one replica learned is shared through Redis: another one, started now,
+		// sends that model's streams unasked from its first.
+		other := startChildEnforcer(t, s, gatewayEnv(up.URL)).view
+		waitFor(t, 10*time.Second, "the other replica's gateway takes the refusal from the share", func() bool {
+			return metricAt(t, other.enfAdmin, "tollgate_enforcer_stream_options_refusals_total", `front="gateway"`, `from="shared"`) == 1
+		})
+		calls, rec := call(t, "stream", claude, other)
 		if len(calls) != 1 || strings.Contains(string(calls[0].Body), "stream_options") {
 			t.Fatalf("the provider got %d calls (%s), want the SDK's body alone", len(calls), calls[0].Body)
 		}

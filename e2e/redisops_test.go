@@ -4,17 +4,23 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
 // documentedACL is the ACL line of docs/redis.md ("An ACL user"), as ACL SETUSER
@@ -83,6 +89,7 @@ func TestBothProgramsWorkThroughTheDocumentedACL(t *testing.T) {
 	if n := s.metric(t, "tollgate_enforcer_decisions_total", `decision="admitted"`); n != 1 {
 		t.Fatalf("%v admissions, want 1", n)
 	}
+	shareThroughACL(t, srv.Addr, s.layout, admin)
 	log, err := admin.Do(ctx, "ACL", "LOG").Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +109,37 @@ func TestBothProgramsWorkThroughTheDocumentedACL(t *testing.T) {
 		if strings.Contains(l, "NOPERM") || strings.Contains(l, "acl-password") {
 			t.Fatalf("a log says NOPERM or the password:\n%s", l)
 		}
+	}
+}
+
+// shareThroughACL has an enforcer's share of refusals of stream_options (package
+// streamoptions) write and read its key as the documented user (database 3): it learns
+// one refusal, and another share reads it.
+func shareThroughACL(t *testing.T, addr string, layout mirror.Layout, admin *redis.Client) {
+	t.Helper()
+	user := redis.NewClient(&redis.Options{Addr: addr, DB: 3, Username: "tollgate", Password: "acl-password-0123456789"})
+	defer user.Close()
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "errors"}, []string{"op"})
+	memories := []*streamoptions.Memory{streamoptions.NewMemory(time.Now, time.Hour), streamoptions.NewMemory(time.Now, time.Hour)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var running sync.WaitGroup
+	defer running.Wait()
+	defer cancel()
+	for _, m := range memories {
+		share := streamoptions.NewShare(streamoptions.ShareConfig{Redis: user, Key: layout.StreamOptionsRefusalsKey(), Now: time.Now,
+			Every: 20 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Errors: errs})
+		share.Add("gateway", m)
+		running.Go(func() { _ = share.Run(ctx) })
+	}
+	memories[0].Learn("api.example.com", "a-model")
+	waitFor(t, 10*time.Second, "the refusal shared as the documented user", func() bool {
+		return memories[1].Refuses("api.example.com", "a-model")
+	})
+	if n := testutil.ToFloat64(errs.WithLabelValues("write")) + testutil.ToFloat64(errs.WithLabelValues("read")); n != 0 {
+		t.Fatalf("%v rounds of the share failed as the documented user", n)
+	}
+	if n, err := admin.Exists(context.Background(), layout.StreamOptionsRefusalsKey()).Result(); err != nil || n != 1 {
+		t.Fatalf("database 3 holds no shared refusals (%v)", err)
 	}
 }
 

@@ -46,6 +46,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	"github.com/tollgate-dev/tollgate/enforcer/startq"
+	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/pkg/admin"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/connage"
@@ -203,6 +204,9 @@ type Enforcer struct {
 	// Invalidations applies the control plane's invalidations to Identity and the
 	// gate's blocked decisions.
 	Invalidations *invalidation.Watcher
+	// StreamOptions shares the refusals of stream_options the fronts learn with every
+	// enforcer, through Redis.
+	StreamOptions *streamoptions.Share
 	// GRPC serves ext_authz, ext_proc and health; HTTP serves /check and /settle;
 	// Admin serves /healthz, /readyz, /metrics.
 	GRPC   *grpc.Server
@@ -312,6 +316,12 @@ func New(d Deps) *Enforcer {
 	}
 
 	e.Invalidations = invalidation.New(d.Redis, d.Layout, log, m, e.Identity, e.Gate.Blocks)
+	e.StreamOptions = streamoptions.NewShare(streamoptions.ShareConfig{Redis: d.Redis, Key: d.Layout.StreamOptionsRefusalsKey(),
+		Now: time.Now, Log: log, Refusals: m.StreamOptionsRefusals, Errors: m.StreamOptionsShareErrors})
+	e.StreamOptions.Add("extproc", xp.StreamOptions())
+	if e.Gateway != nil {
+		e.StreamOptions.Add("gateway", e.Gateway.StreamOptions())
+	}
 	e.Admin = admin.New(d.Registry, e.redisReady, e.controlPlaneReady)
 	return e
 }
@@ -406,7 +416,7 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 //     is left of the deadline has passed (its items go back to the queue, still
 //     spooled), then flush what is queued within the deadline; what is left stays in
 //     the spool for the next start (without a spool it is given up, loudly);
-//  6. stop the other loops, newest first: the control plane probe, the reaper, the
+//  6. stop the other loops, newest first: the control plane probe, the reaper, the stream_options share, the
 //     invalidation watcher, the record reader;
 //  7. stop the admin server (it answers "draining" until here).
 //
@@ -417,6 +427,7 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	settle := loops.Go(ctx, "settle queue", e.Settle.Run)
 	loops.Go(ctx, "record reader", e.Records.Run)
 	loops.Go(ctx, "invalidation watcher", e.Invalidations.Run)
+	loops.Go(ctx, "stream_options refusals share", e.StreamOptions.Run)
 	loops.Go(ctx, "reaper", inflight.Reaper{Tracker: e.Tracker, Every: time.Minute, After: e.cfg.AbandonAfter}.Run)
 	loops.Go(ctx, "control plane probe", e.ControlPlane.Run)
 	if e.spool != nil {

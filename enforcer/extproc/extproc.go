@@ -68,6 +68,10 @@ func New(t *inflight.Tracker, m *metrics.Metrics, limits responseusage.Limits) *
 		streamOptions: streamoptions.NewMemory(time.Now, refusalRemembered)}
 }
 
+// StreamOptions is the memory of upstreams that refused the stream_options this server
+// added (to share it: streamoptions.Share).
+func (s *Server) StreamOptions() *streamoptions.Memory { return s.streamOptions }
+
 var requestIDHeader = strings.ToLower(gate.HeaderRequestID)
 
 // Precomputed "continue" answers: they carry no per-request data.

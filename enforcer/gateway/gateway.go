@@ -241,6 +241,10 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 	return gw, nil
 }
 
+// StreamOptions is the memory of upstreams that refused the stream_options the gateway
+// added (to share it: streamoptions.Share).
+func (gw *Gateway) StreamOptions() *streamoptions.Memory { return gw.streamOptions }
+
 // newTransport is the upstream client: bounded connect and header waits, bodies as the
 // upstream sent them (no transparent decompression: the client gets the same bytes,
 // and the extractor decodes them itself), HTTP/2 where the upstream offers it; its

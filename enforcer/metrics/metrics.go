@@ -86,10 +86,15 @@ type Metrics struct {
 	InflightRequests prometheus.Gauge
 	// InflightEvicted counts unreported requests settled as incomplete before their
 	// abandonment timeout because the tracker was full (package inflight).
-	InflightEvicted       prometheus.Counter
-	ExtProcStreams        *prometheus.CounterVec
-	ExtProcRequestBodies  *prometheus.CounterVec
-	InvalidationsReceived *prometheus.CounterVec
+	InflightEvicted      prometheus.Counter
+	ExtProcStreams       *prometheus.CounterVec
+	ExtProcRequestBodies *prometheus.CounterVec
+	// StreamOptionsRefusals counts the refusals of stream_options each front's memory
+	// takes, StreamOptionsShareErrors the failed rounds of sharing them (package
+	// streamoptions, Share).
+	StreamOptionsRefusals    *prometheus.CounterVec
+	StreamOptionsShareErrors *prometheus.CounterVec
+	InvalidationsReceived    *prometheus.CounterVec
 	// GatewayRequests counts the gateway's requests by outcome (gateway.Outcomes),
 	// GatewayActive the requests it is proxying, GatewayFirstByte the seconds from
 	// sending an upstream request to its response headers.
@@ -200,6 +205,7 @@ var (
 	extprocStreamResults = []string{"complete", "incomplete", "untracked"}
 	requestBodyResults   = []string{"estimated", "not_json", "form", "include_usage_set", "include_usage_refused", "not_buffered", "model_not_priced", "billing_deferred", "unbilled", "decoded", "undecodable", "decode_busy", "guardrail_trace_set", "guardrail_check", "bom_dropped", "malformed"}
 	spoolDropReasons     = []string{"full", "error"}
+	shareOps             = []string{"write", "read"}
 	invalidationKinds    = []string{"credential", "member", "api_key", "record"}
 	// gatewayOutcomes are gateway.Outcomes (a gateway test checks they agree).
 	gatewayOutcomes = GatewayOutcomes
@@ -388,6 +394,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_extproc_request_bodies_total",
 			Help: "Request bodies of admitted requests read through ext_proc, by result: estimated (input tokens estimated from it), not_json (nothing estimated), form (a multipart form, an upload: nothing estimated, its model and an image edit's images noted for the settlement, as the gateway notes them), include_usage_set (an OpenAI stream's body rewritten to ask for its usage), include_usage_refused (an OpenAI stream's body left as it came, not asked for its usage, because its upstream refused the field for that model within the hour: charged an estimate), not_buffered (sent in pieces: neither estimated nor rewritten), model_not_priced (refused: the organization refuses models nobody priced), billing_deferred (refused: an endpoint billed later, out of the enforcer's sight, a batch or a background response), unbilled (an endpoint the provider does not charge, a token count or a moderation: nothing estimated, nothing charged), decoded (a compressed body, gzip, deflate or br, read and sent decoded), undecodable (refused 415, 400 or 413: a compressed body of another coding, corrupt, or past 32 MiB decoded, which unread could not be charged), decode_busy (refused 503, retryable: a compressed body that did not get its share of the decoding budget within 200ms, request_decodes_active), guardrail_trace_set (an Amazon Bedrock request's guardrail asked for its trace, which reports what it billed: Converse's guardrailConfig.trace, InvokeModel's X-Amzn-Bedrock-Trace header), guardrail_check (Amazon Bedrock's ApplyGuardrail, a guardrail called on its own, or InvokeGuardrailChecks: nothing estimated, their units charged from their answer), bom_dropped (a JSON body's leading UTF-8 BOM dropped: read and sent without it), malformed (refused 400: a body that opens as a JSON object and is not one well-formed JSON object, NaN or Infinity in it, settled at 0). A rewritten body also counts as estimated.",
 		}, []string{"result"}),
+		StreamOptionsRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_stream_options_refusals_total",
+			Help: "Refusals of stream_options.include_usage taken into a front's memory (an upstream and a model whose OpenAI streams then go unasked, charged an estimate: an hour from the gateway, a day from ext_proc), by front (gateway, extproc) and from: upstream (this front saw its upstream refuse the field), shared (another front of this enforcer, or another enforcer, saw it: shared through Redis).",
+		}, []string{"front", "from"}),
+		StreamOptionsShareErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_enforcer_stream_options_share_errors_total",
+			Help: "Rounds of sharing refusals of stream_options through Redis that failed, by op: write (the refusals learned here are kept for the next round), read. Each front goes on with the refusals it holds.",
+		}, []string{"op"}),
 		InvalidationsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_invalidations_total",
 			Help: "Invalidations received from the control plane, by kind (credential, member, api_key, record).",
@@ -441,7 +455,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
 		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
-		m.ExtProcStreams, m.ExtProcRequestBodies, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry, m.ControlPlaneTLSExpiry, m.ControlPlaneCAExpiry,
+		m.ExtProcStreams, m.ExtProcRequestBodies, m.StreamOptionsRefusals, m.StreamOptionsShareErrors, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry, m.ControlPlaneTLSExpiry, m.ControlPlaneCAExpiry,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges, m.MemberCapacity, m.MemberCacheEntries, m.MemberCacheEvictions)
 
 	for decision, reasons := range decisionReasons {
@@ -456,14 +470,23 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
 		m.SpeculativeStarts: SpeculativeStartResults, m.GatewayUpstreamResponses: GatewayUpstreamCodes,
-		m.MemberCacheEvictions: MemberCaches,
+		m.MemberCacheEvictions: MemberCaches, m.StreamOptionsShareErrors: shareOps,
 	} {
 		for _, x := range values {
 			v.WithLabelValues(x)
 		}
 	}
+	for _, front := range StreamOptionsFronts {
+		for _, from := range []string{"upstream", "shared"} {
+			m.StreamOptionsRefusals.WithLabelValues(front, from)
+		}
+	}
 	return m
 }
+
+// StreamOptionsFronts are the fronts whose memories of refusals of stream_options are
+// shared (StreamOptionsRefusals' front label).
+var StreamOptionsFronts = []string{"gateway", "extproc"}
 
 // SetSettleOldest records when the oldest settlement not yet acknowledged by the control
 // plane was queued; the zero time when none waits. SettleOldestAge reports its age at

@@ -27,9 +27,6 @@ package streamoptions
 import (
 	"bytes"
 	"net/http"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
@@ -70,79 +67,3 @@ func MayRefuse(status int) bool {
 // maxDecodedErrorBytes bounds a compressed error's body decoded (a bomb is not
 // inflated further).
 const maxDecodedErrorBytes = 4 * MaxErrorBytes
-
-// maxRemembered bounds the refusals remembered at once (upstreams and models come from
-// configuration and from clients' bodies): past it a refusal is not remembered, and each
-// stream there meets it again, which the gateway answers by sending the body again.
-const maxRemembered = 4096
-
-// maxModelBytes bounds the model name of a remembered refusal; a longer one (no model
-// name is this long) is not remembered.
-const maxModelBytes = 256
-
-// Memory remembers refusals per upstream and model. The zero value is not usable: see
-// NewMemory. Safe for concurrent use.
-type Memory struct {
-	now func() time.Time
-	// remember is how long a refusal is remembered: the upstream's streams of that
-	// model go unasked for this long, then it is asked again.
-	remember time.Duration
-	// remembered counts the refusals in until, so that asking a memory with none, as
-	// every stream asks it, takes no lock.
-	remembered atomic.Int32
-	mu         sync.Mutex
-	// until holds each remembered refusal's end.
-	until map[key]time.Time
-}
-
-type key struct{ upstream, model string }
-
-// NewMemory returns an empty memory that remembers each refusal for remember, reading
-// the time from now.
-func NewMemory(now func() time.Time, remember time.Duration) *Memory {
-	return &Memory{now: now, remember: remember, until: map[key]time.Time{}}
-}
-
-// Refuses tells whether upstream refused stream_options for model within the time a
-// refusal is remembered. A nil Memory remembers nothing.
-func (m *Memory) Refuses(upstream, model string) bool {
-	if m == nil || m.remembered.Load() == 0 {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k := key{upstream, model}
-	until, ok := m.until[k]
-	if ok && !m.now().Before(until) {
-		delete(m.until, k) // ended: asked again from now on
-		m.remembered.Store(int32(len(m.until)))
-		return false
-	}
-	return ok
-}
-
-// Learn remembers that upstream refused stream_options for model, from now on for the
-// time a refusal is remembered. It returns false when the refusal could not be remembered (the memory full of
-// refusals still current, or a model name over maxModelBytes).
-func (m *Memory) Learn(upstream, model string) bool {
-	if m == nil || len(model) > maxModelBytes {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.now()
-	k := key{upstream, model}
-	if _, ok := m.until[k]; !ok && len(m.until) >= maxRemembered {
-		for old, until := range m.until {
-			if !now.Before(until) {
-				delete(m.until, old)
-			}
-		}
-		if len(m.until) >= maxRemembered {
-			return false
-		}
-	}
-	m.until[k] = now.Add(m.remember)
-	m.remembered.Store(int32(len(m.until)))
-	return true
-}

@@ -123,3 +123,40 @@ func TestMemoryIsBounded(t *testing.T) {
 		t.Error("a model name over 256 bytes was remembered")
 	}
 }
+
+// TestMemoryRemembersRefusalsLearnedElsewhere: a refusal given to Remember is held until
+// its own end, or the later end already held; an ended one is not taken; only Learn is
+// told to OnLearn's function.
+func TestMemoryRemembersRefusalsLearnedElsewhere(t *testing.T) {
+	c := &clock{t: time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)}
+	m := streamoptions.NewMemory(c.now, time.Hour)
+	var told []streamoptions.Refusal
+	m.OnLearn(func(r streamoptions.Refusal) { told = append(told, r) })
+	r := streamoptions.Refusal{Upstream: "h", Model: "m", Until: c.t.Add(24 * time.Hour)}
+	if !m.Remember(r) || !m.Refuses("h", "m") {
+		t.Fatal("a refusal learned elsewhere is not remembered")
+	}
+	if m.Remember(streamoptions.Refusal{Upstream: "h", Model: "m", Until: c.t.Add(time.Minute)}) {
+		t.Error("a refusal already held is counted new")
+	}
+	if !m.Learn("h", "m") {
+		t.Fatal("Learn failed")
+	}
+	c.t = c.t.Add(2 * time.Hour)
+	if !m.Refuses("h", "m") {
+		t.Error("an earlier end, given or learned, cut short the day held")
+	}
+	if len(told) != 1 || told[0].Until != time.Date(2026, 12, 6, 19, 0, 0, 0, time.UTC) {
+		t.Errorf("OnLearn's function was told %v; want the one refusal learned, until its hour", told)
+	}
+	if m.Remember(streamoptions.Refusal{Upstream: "h", Model: "ended", Until: c.t}) || m.Refuses("h", "ended") {
+		t.Error("an ended refusal was taken")
+	}
+	c.t = c.t.Add(24 * time.Hour)
+	if !m.Remember(streamoptions.Refusal{Upstream: "h", Model: "m", Until: c.t.Add(time.Hour)}) {
+		t.Error("a refusal given again after the one held ended is not counted new")
+	}
+	if m.Remember(streamoptions.Refusal{Upstream: string(make([]byte, 257)), Model: "m", Until: c.t.Add(time.Hour)}) {
+		t.Error("an upstream name over 256 bytes was remembered")
+	}
+}

@@ -42,6 +42,11 @@ func (l Layout) ContainerRequestKey(containerID, requestID string) string {
 	return l.Prefix + "container:{" + containerID + "}:request:" + requestID
 }
 
+// StreamOptionsRefusalsKey is the key of the upstreams and models that refused the
+// stream_options the enforcers add to streams (package enforcer/streamoptions, Share),
+// shared by every enforcer. The enforcer's own, not the control plane's.
+func (l Layout) StreamOptionsRefusalsKey() string { return l.Prefix + "stream_options:refusals" }
+
 // GenerationKey holds the current generation id. Its absence means Redis lost its data.
 func (l Layout) GenerationKey() string { return l.Prefix + "generation" }
 
