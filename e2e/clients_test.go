@@ -851,3 +851,42 @@ func clineResult(t *testing.T, r clientRun) (res struct {
 	t.Fatalf("cline wrote no run_result:\n%s\nstderr: %s", r.stdout, r.stderr)
 	return res
 }
+
+// TestContinueCLIThroughTheGateway: Continue's CLI (cn, e2e/clients' pin) in headless
+// mode (`cn -p`), with a config whose model is an OpenAI one at the gateway's /v1 and the
+// member's key, answers a prompt: its Chat Completions streams charged exactly, the
+// member's key never upstream. Its metrics and telemetry are off, and so is its update
+// of itself (CONTINUE_CLI_AUTO_UPDATED says it has just updated). Not run blocked: it
+// sends a refused call 11 times over about 100 s (docs/gateway.md, "AI coding tools").
+func TestContinueCLIThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	const in, out = 10_000, 2_000
+	fake, s, o := clientStack(t, 3*time.Minute, in, out)
+	home := t.TempDir()
+	config := filepath.Join(home, "config.yaml")
+	if err := os.WriteFile(config, []byte(continueConfig(s.gateway+"/v1", o.key)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home, "CONTINUE_GLOBAL_DIR=" + filepath.Join(home, ".continue"), "CONTINUE_METRICS_ENABLED=0",
+		"CONTINUE_CLI_ENABLE_TELEMETRY=0", "CONTINUE_CLI_AUTO_UPDATED=1", "TMPDIR=" + t.TempDir()}
+	r := runClient(t, "cn", env, "-p", "--config", config, "How are tolls paid?")
+	if r.exit != 0 || strings.TrimSpace(r.stdout) != fakellm.Text {
+		t.Fatalf("cn: exit %d, stdout %q\nstderr: %s", r.exit, r.stdout, r.stderr)
+	}
+	chargedChatStreams(t, s, o, fake, in, out)
+}
+
+// continueConfig is a Continue config (schema v1) of one OpenAI model at apiBase with key.
+func continueConfig(apiBase, key string) string {
+	return fmt.Sprintf(`name: tollgate-e2e
+version: 0.0.1
+schema: v1
+models:
+  - name: through Tollgate
+    provider: openai
+    model: %s
+    apiBase: %s
+    apiKey: %s
+    roles: [chat]
+`, model, apiBase, key)
+}
