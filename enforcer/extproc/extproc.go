@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -435,8 +436,11 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 			if st.s.streamOptions.Refuses(st.host(), est.ModelName()) {
 				m.WithLabelValues("include_usage_refused").Inc() // sent as it came
 			} else {
+				if !st.mayQuote(body) {
+					// Its refusal, if any, can be learned (learnRefusal).
+					st.s.tracker.NoteUsageAsked(st.requestID)
+				}
 				body, replace = b, true
-				st.s.tracker.NoteUsageAsked(st.requestID)
 				m.WithLabelValues("include_usage_set").Inc()
 			}
 		}
@@ -506,6 +510,14 @@ func (st *stream) host() string {
 		return st.upstreamHost
 	}
 	return st.authority
+}
+
+// mayQuote tells whether what the client sent, its body or its path and query, could
+// make the upstream's answer name stream_options by quoting it (streamoptions.MayQuote):
+// a refusal of such a request is not learned.
+func (st *stream) mayQuote(body []byte) bool {
+	target, err := url.QueryUnescape(st.path + "?" + st.query)
+	return err != nil || streamoptions.MayQuote(body) || streamoptions.MayQuote([]byte(target))
 }
 
 // upstreamHostAttribute is the name that ends the request attribute whose value is the
@@ -660,7 +672,10 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 // learnRefusal remembers that the request's upstream refused the stream_options the
 // request filter added (streamoptions.Refused, of the whole answer): the next streams of
 // that model to that host go as their clients wrote them, charged an estimate. Envoy
-// cannot send this request again without the field, so its client got the refusal.
+// cannot send this request again without the field, so its client got the refusal. A
+// refusal is learned only from a request whose body was asked and could not have made
+// the upstream name the field by quoting the client (mayQuote): the words are then the
+// upstream's own, about the field the enforcer added.
 func (st *stream) learnRefusal(endOfStream bool) {
 	if st.refusal == nil || !endOfStream || len(st.refusal) > streamoptions.MaxErrorBytes ||
 		!streamoptions.Refused(int(st.status), st.refusalCoding, st.refusal) {

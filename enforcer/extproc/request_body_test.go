@@ -1156,6 +1156,24 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 	if !call(bodyOf("m-y"), "200", "{}") {
 		t.Error("a refusal of the client's own body left the model's streams unasked")
 	}
+	// A refusal that may quote the client (OpenAI quotes an invalid value; the client's
+	// words are in its body, or in its query, or escaped in JSON): asked, and refused, but
+	// not learned, so that no member's streams of that model go unasked because of it.
+	const quoted = `{"error":{"message":"Invalid value: 'stream_options'. Supported values are: 'system', 'assistant', 'user'.","param":"messages[0].role"}}`
+	for _, c := range []struct{ name, body, query string }{
+		{"a role", strings.Replace(bodyOf("o3"), `"role":"user"`, `"role":"stream_options"`, 1), ""},
+		{"escaped letters", strings.Replace(bodyOf("o3"), `"role":"user"`, `"role":"STREAM_OPTIONS"`, 1), ""},
+		{"a query", bodyOf("o3"), "?x=%73tream_options"},
+	} {
+		id, _ := e.Admit(t, w.Key)
+		if sendRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions" + c.query, body: c.body}).GetResponse() == nil {
+			t.Fatalf("%s: the stream was not asked", c.name)
+		}
+		runStream(t, e, streamSpec{requestID: id, status: "400", contentType: "application/json", chunks: [][]byte{[]byte(quoted)}})
+		if !call(bodyOf("o3"), "200", "{}") {
+			t.Fatalf("%s: a refusal that may quote the client left o3's streams unasked", c.name)
+		}
+	}
 	if refused() != 1 {
 		t.Errorf("include_usage_refused counted %v, want 1", refused())
 	}

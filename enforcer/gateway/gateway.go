@@ -1015,7 +1015,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	if unasked != nil && p.refusedStreamOptions(resp, est.ModelName()) {
+	if unasked != nil && p.refusedStreamOptions(resp) {
 		// Nothing was generated (the upstream refused the body): the client's own goes
 		// instead, and its stream is charged an estimate, as any unasked stream is.
 		p.unasked = nil
@@ -1024,6 +1024,7 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 		if resp, ok = p.send(ctx, w, r, unasked, cred, est, new(httptrace.ClientTrace)); !ok {
 			return false
 		}
+		p.learnRefusal(resp.StatusCode, est.ModelName())
 	}
 	p.resp = resp
 	gw.answered(w, OutcomeProxied)
@@ -1090,9 +1091,8 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 
 // refusedStreamOptions tells whether resp, the answer to a body the gateway asked for
 // its stream's usage, refuses that field (streamoptions.Refused); if so the answer is
-// closed, counted, logged and the refusal remembered for the route's upstream and model.
-// Otherwise what was read of resp's body is put back before the rest.
-func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
+// closed and counted. Otherwise what was read of resp's body is put back before the rest.
+func (p *proxied) refusedStreamOptions(resp *http.Response) bool {
 	if !streamoptions.MayRefuse(resp.StatusCode) || resp.ContentLength > streamoptions.MaxErrorBytes {
 		return false
 	}
@@ -1108,12 +1108,29 @@ func (p *proxied) refusedStreamOptions(resp *http.Response, model string) bool {
 	}
 	_ = resp.Body.Close()
 	p.upstreamAnswered(resp.StatusCode)
+	return true
+}
+
+// learnRefusal remembers that the route's upstream refuses stream_options for model
+// (its streams go unasked, and every other enforcer is told: streamoptions.Share) only
+// when the client's own body, sent after the refusal, was answered with status 2xx:
+// proof that the field was what the upstream refused. A refusal's words alone are not
+// trusted: an upstream may quote what the client wrote (an invalid value
+// "stream_options" in a message's role, say), and a refusal learned from such a body
+// would leave every member's streams of that model unasked, charged an estimate that
+// misses what a stream does not show (a reasoning model's hidden reasoning).
+func (p *proxied) learnRefusal(status int, model string) {
+	gw := p.gw
 	upstream := p.route.Upstream.Host
+	if status < 200 || status > 299 {
+		gw.log.Info("gateway: the upstream refused the body asked for its stream's usage, and the client's own too: not remembered as a refusal of stream_options",
+			"request_id", p.id, "route", p.route.Prefix, "upstream", upstream, "model", model, "status", status)
+		return
+	}
 	if gw.streamOptions.Learn(upstream, model) {
 		gw.log.Warn("gateway: the upstream refuses stream_options.include_usage; its streams of this model go as the client wrote them for an hour, charged an estimate (set the route's includeUsage: false to skip asking)",
-			"request_id", p.id, "route", p.route.Prefix, "upstream", upstream, "model", model, "status", resp.StatusCode)
+			"request_id", p.id, "route", p.route.Prefix, "upstream", upstream, "model", model)
 	}
-	return true
 }
 
 // refusalRemembered is how long the gateway remembers that an upstream refused

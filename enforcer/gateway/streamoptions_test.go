@@ -30,6 +30,8 @@ const unaskedStream = `data: {"object":"chat.completion.chunk","model":"llama-3"
 // longError is a 400 of 20 KiB that names stream_options past its first 16 KiB.
 var longError = `{"error":{"message":"` + strings.Repeat("x", 20<<10) + ` stream_options"}}`
 
+const quotedRole = `{"error":{"message":"Invalid value: 'stream_options'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.","type":"invalid_request_error","param":"messages[0].role","code":"invalid_value"}}`
+
 const groqRefusal = `{"error":{"message":"property 'stream_options' is unsupported, did you mean 'stream'?","type":"invalid_request_error"}}` + "\n"
 
 func (u *refusingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +40,11 @@ func (u *refusingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.bodies = append(u.bodies, string(body))
 	u.mu.Unlock()
 	switch {
+	case bytes.Contains(body, []byte(`"role":"stream_options"`)):
+		// OpenAI quotes an invalid value: its words name the field, whoever wrote them.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, quotedRole)
 	case bytes.Contains(body, []byte(`"model":"no-such-model"`)):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -49,7 +56,7 @@ func (u *refusingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, longError[:100])
 		w.(http.Flusher).Flush()
 		_, _ = io.WriteString(w, longError[100:])
-	case bytes.Contains(body, []byte("stream_options")):
+	case bytes.Contains(body, []byte("stream_options")) && !bytes.Contains(body, []byte(`"model":"o3"`)): // o3 takes the field
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, groqRefusal)
@@ -168,6 +175,43 @@ func TestAnUpstreamThatRefusesStreamOptionsGetsTheClientsBody(t *testing.T) {
 	}
 	if u := e.tracker.settledOnce(t); u.Complete || u.InputTokens != 0 || u.OutputTokens != 0 {
 		t.Fatalf("a refused request settled %+v", u)
+	}
+	// Nor is that a refusal remembered: its own body was refused too.
+	stream("llama-6", "")
+	if sent = up.sent(); len(sent) != 2 || !strings.Contains(sent[0], "include_usage") {
+		t.Fatalf("after a client's own body was refused, the model's next stream sent %q, want it asked first", sent)
+	}
+	e.tracker.settledOnce(t)
+
+	// A body whose refusal quotes what the client wrote: the client gets the answer its
+	// own body meets, and the model is not taken for one that refuses the field (its
+	// members' streams, asked, are charged exactly, hidden reasoning included).
+	status, got = stream("o3", "")
+	if status != http.StatusOK {
+		t.Fatalf("o3 got %d %q", status, got)
+	}
+	up.sent()
+	e.tracker.settledOnce(t)
+	quoting := `{"model":"o3","stream":true,"messages":[{"role":"stream_options","content":"hi"}]}`
+	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", quoting)
+	got2, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || string(got2) != quotedRole {
+		t.Fatalf("a body quoted in its refusal got %d %q, want the upstream's 400 to its own body", res.StatusCode, got2)
+	}
+	if sent = up.sent(); len(sent) != 2 || sent[1] != quoting {
+		t.Fatalf("a body quoted in its refusal sent %q, want asked, then its own", sent)
+	}
+	e.tracker.settledOnce(t)
+	stream("o3", "")
+	if sent = up.sent(); len(sent) != 1 || !strings.Contains(sent[0], "include_usage") {
+		t.Fatalf("after a refusal quoting the client, o3's next stream sent %q, want it asked", sent)
+	}
+	e.tracker.settledOnce(t)
+	for line := range strings.Lines(logged.String()) {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "model=o3") {
+			t.Errorf("a refusal was learned from a body its refusal quoted: %s", line)
+		}
 	}
 }
 

@@ -16,7 +16,10 @@
 // Refused tells such an answer from others: a 400 or 422 whose body names stream_options
 // or include_usage. The gateway, having seen one to a stream it asked, sends the client's
 // own body again at once (nothing was generated, so nothing was billed) and the stream
-// is charged an estimate from its prompt and text, as any unasked stream is. Memory
+// is charged an estimate from its prompt and text, as any unasked stream is. The words
+// alone are not trusted, since an upstream may quote the client: the gateway learns the
+// refusal only when the client's own body is answered 2xx, and ext_proc, which cannot
+// send it, only from a request that could not have been quoted so (MayQuote). Memory
 // remembers the refusal for a while per upstream and model, so the next streams there go
 // unasked from the start; after it the upstream is asked again, so that one that has
 // learned the field is charged exactly again. Behind Envoy the enforcer cannot send a
@@ -67,3 +70,78 @@ func MayRefuse(status int) bool {
 // maxDecodedErrorBytes bounds a compressed error's body decoded (a bomb is not
 // inflated further).
 const maxDecodedErrorBytes = 4 * MaxErrorBytes
+
+// MayQuote tells whether what a client sent (a request's body, or its path and query
+// decoded) could make an upstream's answer name stream_options or include_usage by
+// quoting it: either word in it, in any case, or a letter or underscore written as a
+// JSON \u escape (which the upstream decodes before it quotes). A refusal is learned from
+// an answer behind Envoy, where the client's own body cannot be sent to prove it, only
+// when MayQuote is false for all of it: else the words may be the client's own, quoted (an
+// invalid value "stream_options" in a message's role), and a refusal learned from them
+// would leave every member's streams of that model unasked, charged an estimate that
+// misses what a stream does not show (a reasoning model's hidden reasoning).
+func MayQuote(b []byte) bool {
+	for i := 0; i < len(b); {
+		k := bytes.IndexByte(b[i:], '_')
+		if k < 0 {
+			break
+		}
+		k += i
+		if wordAround(b, k, "stream_options", 6) || wordAround(b, k, "include_usage", 7) {
+			return true
+		}
+		i = k + 1
+	}
+	for i := 0; i < len(b); {
+		k := bytes.Index(b[i:], []byte(`\u`))
+		if k < 0 {
+			break
+		}
+		k += i
+		if k+6 <= len(b) {
+			if r, ok := hex4(b[k+2 : k+6]); ok && isWordByte(r) {
+				return true
+			}
+		}
+		i = k + 2
+	}
+	return false
+}
+
+// wordAround tells whether word, whose underscore is at index under in it, is in b
+// around the underscore at at, in any case (ASCII: the words are lower-case letters and
+// one underscore).
+func wordAround(b []byte, at int, word string, under int) bool {
+	from := at - under
+	if from < 0 || from+len(word) > len(b) {
+		return false
+	}
+	for i := range len(word) {
+		if c := b[from+i]; c != word[i] && c|0x20 != word[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// hex4 reads four hexadecimal digits.
+func hex4(h []byte) (r rune, ok bool) {
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// isWordByte: an ASCII letter or underscore, what the two words are written with.
+func isWordByte(r rune) bool {
+	return r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/enforcer/internal/agentbody"
 	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 )
 
@@ -158,5 +160,54 @@ func TestMemoryRemembersRefusalsLearnedElsewhere(t *testing.T) {
 	}
 	if m.Remember(streamoptions.Refusal{Upstream: string(make([]byte, 257)), Model: "m", Until: c.t.Add(time.Hour)}) {
 		t.Error("an upstream name over 256 bytes was remembered")
+	}
+}
+
+// TestMayQuote: what a client sent may be quoted back in a refusal when it holds either
+// word, in any case, or a letter or underscore as a JSON \u escape; an escape of another
+// character (non-ASCII text as Python writes it, Go's HTML escapes) is not a word.
+func TestMayQuote(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sent string
+		want bool
+	}{
+		{"a plain body", `{"model":"o3","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, false},
+		{"a role", `{"messages":[{"role":"stream_options","content":"hi"}]}`, true},
+		{"in capitals", `{"messages":[{"role":"user","content":"STREAM_OPTIONS"}]}`, true},
+		{"include_usage in a tool's name", `{"tools":[{"type":"function","function":{"name":"Include_Usage"}}]}`, true},
+		{"at the very start", `stream_options`, true},
+		{"at the very end", `x include_usage`, true},
+		{"a letter escaped", `{"content":"\u0073tream"}`, true},
+		{"an underscore escaped", `{"content":"stream\u005Foptions"}`, true},
+		{"non-ascii escaped", `{"content":"caf\u00e9 \u4f60\u597d"}`, false},
+		{"Go's html escapes", `{"content":"a \u003c b \u0026 c"}`, false},
+		{"a short escape at the end", `{"content":"\u00`, false},
+		{"the words apart", `{"content":"stream options, include usage, stream_opt, _options"}`, false},
+	} {
+		if got := streamoptions.MayQuote([]byte(c.sent)); got != c.want {
+			t.Errorf("%s: MayQuote(%s) = %v, want %v", c.name, c.sent, got, c.want)
+		}
+	}
+}
+
+// BenchmarkMayQuote: a coding agent's Chat Completions body of 200 KiB (agentbody), and
+// one dense with what the check stops at (underscores, \u escapes).
+//
+// Run: go test -run '^$' -bench MayQuote -benchmem ./enforcer/streamoptions
+func BenchmarkMayQuote(b *testing.B) {
+	for name, body := range map[string][]byte{
+		"agent-200KiB": agentbody.OpenAIChat(200 << 10),
+		"dense-190KiB": []byte(`{"model":"o3","stream":true,"max_tokens":1000,"messages":[` +
+			strings.Repeat(`{"role":"user","content":"caf\u00e9 tool_call_id max_completion_tokens","tool_call_id":"call_1"},`, 2000) + `{"role":"user","content":"hi"}]}`),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if streamoptions.MayQuote(body) {
+					b.Fatal("a plain body may quote")
+				}
+			}
+		})
 	}
 }
