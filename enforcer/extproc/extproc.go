@@ -433,7 +433,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	// for nothing nor checked again).
 	if requestbody.AsksStreamUsage(st.path, st.query) && st.routeAsksUsage() {
 		if b, ok := requestbody.AskStreamUsage(body, est); ok {
-			if st.s.streamOptions.Refuses(st.host(), est.ModelName()) {
+			if st.s.streamOptions.Refuses(st.refusalKey(), est.ModelName()) {
 				m.WithLabelValues("include_usage_refused").Inc() // sent as it came
 			} else {
 				if !st.mayQuote(body) {
@@ -518,6 +518,20 @@ func (st *stream) host() string {
 func (st *stream) mayQuote(body []byte) bool {
 	target, err := url.QueryUnescape(st.path + "?" + st.query)
 	return err != nil || streamoptions.MayQuote(body) || streamoptions.MayQuote([]byte(target))
+}
+
+// refusalKey is what a refusal of stream_options is remembered under, with the model: the
+// route's upstream host where Envoy sends it (the same upstream whatever route reached
+// it), else the request's :authority and path. The path too: routes of one host name reach
+// different upstreams by path, and a refusal one upstream gave (Databricks', to
+// /serving-endpoints/...) must not leave another's streams of that model name unasked
+// (OpenAI's, to /v1/...), which a client could otherwise bring about by naming that model
+// to the refusing one.
+func (st *stream) refusalKey() string {
+	if st.upstreamHost != "" {
+		return st.upstreamHost
+	}
+	return st.authority + st.path
 }
 
 // upstreamHostAttribute is the name that ends the request attribute whose value is the
@@ -681,9 +695,9 @@ func (st *stream) learnRefusal(endOfStream bool) {
 		!streamoptions.Refused(int(st.status), st.refusalCoding, st.refusal) {
 		return
 	}
-	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked && st.s.streamOptions.Learn(st.host(), model) && st.s.Log != nil {
+	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked && st.s.streamOptions.Learn(st.refusalKey(), model) && st.s.Log != nil {
 		st.s.Log.Warn("extproc: the upstream refused stream_options.include_usage, and its client got the refusal; its streams of this model go as their clients wrote them for a day, charged an estimate (give the route the tollgate metadata include_usage: false to skip asking)",
-			"request_id", st.requestID, "host", st.host(), "model", model, "status", st.status)
+			"request_id", st.requestID, "upstream", st.refusalKey(), "model", model, "status", st.status)
 	}
 }
 

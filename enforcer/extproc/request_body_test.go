@@ -1143,6 +1143,15 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 		t.Error("another model's stream was not asked")
 	}
 
+	// A refusal by the upstream of another route of the same host (Databricks', by its
+	// path) leaves the model's streams on this route asked.
+	id, _ := e.Admit(t, w.Key)
+	sendRequestBody(t, e, bodySpec{requestID: id, path: "/serving-endpoints/chat/completions", body: bodyOf("gpt-5")})
+	runStream(t, e, streamSpec{requestID: id, path: "/serving-endpoints/chat/completions", status: "400", contentType: "application/json", chunks: [][]byte{[]byte(refusal)}})
+	if !call(bodyOf("gpt-5"), "200", "{}") {
+		t.Error("a refusal by another route's upstream left this route's streams of the model unasked")
+	}
+
 	// A 400 for another reason.
 	call(bodyOf("m-x"), "400", `{"error":{"message":"The model m-x does not exist"}}`)
 	if !call(bodyOf("m-x"), "200", "{}") {
