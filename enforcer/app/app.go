@@ -416,8 +416,8 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 //     is left of the deadline has passed (its items go back to the queue, still
 //     spooled), then flush what is queued within the deadline; what is left stays in
 //     the spool for the next start (without a spool it is given up, loudly);
-//  6. stop the other loops, newest first: the control plane probe, the reaper, the stream_options share, the
-//     invalidation watcher, the record reader;
+//  6. stop the other loops, newest first: the control plane probe, the reaper, the
+//     stream_options share, the invalidation watcher, the record reader;
 //  7. stop the admin server (it answers "draining" until here).
 //
 // It does not close the Redis or control-plane clients: Run closes them after Serve.

@@ -16,7 +16,7 @@ import (
 )
 
 // Share spreads the refusals each enforcer learns to every other one, and to its own
-// other front, through one key in Redis (ShareKey): without it each replica, and each
+// other front, through one key in Redis (mirror.Layout.StreamOptionsRefusalsKey): without it each replica, and each
 // replica again after a restart, met every refusal itself. Behind Envoy that is a
 // client's failed stream per replica, model and day; through the gateway an extra round
 // trip an hour.
@@ -60,11 +60,11 @@ type ShareConfig struct {
 	// Every is the time between rounds (0: 10 seconds); Timeout bounds a round's call
 	// to Redis (0: 2 seconds).
 	Every, Timeout time.Duration
-	Log            *slog.Logger
+	Log            *slog.Logger // nil: nothing logged
 	// Refusals counts the refusals each memory takes, by front (the name given to Add)
 	// and from: upstream (it learned it from its upstream's answer) or shared (another
 	// front or another enforcer did). Errors counts failed rounds by op: write (the
-	// refusals learned here were kept for the next round), read.
+	// refusals learned here were kept for the next round), read. Either may be nil.
 	Refusals, Errors *prometheus.CounterVec
 }
 
@@ -91,6 +91,9 @@ func NewShare(cfg ShareConfig) *Share {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Share{cfg: cfg, wake: make(chan struct{}, 1)}
 }
@@ -159,7 +162,9 @@ func (s *Share) round(ctx context.Context) {
 	}
 	if err != nil {
 		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			s.cfg.Errors.WithLabelValues(op).Inc()
+			if s.cfg.Errors != nil {
+				s.cfg.Errors.WithLabelValues(op).Inc()
+			}
 			s.failures.Log(s.cfg.Log, slog.LevelWarn, "stream_options refusals: Redis did not answer; each front goes on with the refusals it holds", "op", op, "error", err)
 		}
 		s.keep(learned)
