@@ -208,6 +208,10 @@ type Gateway struct {
 	// credentialRejections throttles the line of an upstream answering 401 or 403
 	// (upstreamstatus.go).
 	credentialRejections logging.Throttle
+	// refusedTwice throttles the line of a client's own body refused after the body
+	// asked for its usage was (learnRefusal): a client sending bad requests would
+	// otherwise write one a request.
+	refusedTwice logging.Throttle
 	// sessions are the Realtime sessions open now, each with the cancellation that ends
 	// it (realtime.go): net/http's Shutdown neither waits for nor closes a connection
 	// its handler took over, so DrainSessions does.
@@ -1123,7 +1127,7 @@ func (p *proxied) learnRefusal(status int, model string) {
 	gw := p.gw
 	upstream := p.route.Upstream.Host
 	if status < 200 || status > 299 {
-		gw.log.Info("gateway: the upstream refused the body asked for its stream's usage, and the client's own too: not remembered as a refusal of stream_options",
+		gw.refusedTwice.Log(gw.log, slog.LevelInfo, "gateway: the upstream refused the body asked for its stream's usage, and the client's own too: not remembered as a refusal of stream_options",
 			"request_id", p.id, "route", p.route.Prefix, "upstream", upstream, "model", model, "status", status)
 		return
 	}
