@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
 
 // sharedClock is a clock the test moves while the shares' rounds read it.
@@ -217,4 +218,19 @@ func TestShareReadsOnlyRefusals(t *testing.T) {
 		var got [][]any
 		return err == nil && json.Unmarshal([]byte(v), &got) == nil && len(got) == 1 && fmt.Sprint(got[0][:2]) == "[h learned]"
 	})
+}
+
+// TestShareOnACluster: on Redis Cluster the shared refusals are one key, so the script
+// runs on its shard; two enforcers share a refusal there as on one server.
+func TestShareOnACluster(t *testing.T) {
+	c := testredis.StartCluster(t)
+	key := mirror.Layout{Prefix: testredis.Prefix()}.StreamOptionsRefusalsKey()
+	clock := newSharedClock()
+	a := startReplica(t, c.Client(t), key, clock, 20*time.Millisecond)
+	b := startReplica(t, c.Client(t), key, clock, 20*time.Millisecond)
+	a.extproc.Learn("api.example.com", "m1")
+	eventually(t, "the other enforcer has the refusal", func() bool { return b.gateway.Refuses("api.example.com", "m1") })
+	if n := testutil.ToFloat64(a.errors.WithLabelValues("write")) + testutil.ToFloat64(b.errors.WithLabelValues("read")); n != 0 {
+		t.Errorf("%v rounds failed on the cluster", n)
+	}
 }
