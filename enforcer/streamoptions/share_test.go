@@ -110,6 +110,19 @@ func TestShareSpreadsRefusalsAcrossEnforcers(t *testing.T) {
 	}
 	eventually(t, "the first enforcer has ext_proc's refusal", func() bool { return a.gateway.Refuses("api.example.com", "m2") })
 
+	// The key deleted (an operator forgetting the refusals, docs/enforcer.md): no round
+	// writes back what its enforcer was given or learned before.
+	if err := rdb.Del(context.Background(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // rounds of both
+	if n, err := rdb.Exists(context.Background(), key).Result(); err != nil || n != 0 {
+		t.Fatalf("the deleted key was written back (%d, %v)", n, err)
+	}
+	if !a.extproc.Learn("api.example.com", "m2") {
+		t.Fatal("ext_proc did not learn the refusal again")
+	}
+
 	c.add(time.Hour - time.Second)
 	time.Sleep(60 * time.Millisecond) // rounds at the new time: they must not renew the hour
 	if !b.extproc.Refuses("api.example.com", "m1") {
