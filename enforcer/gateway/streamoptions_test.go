@@ -84,9 +84,8 @@ func TestAnUpstreamThatRefusesStreamOptionsGetsTheClientsBody(t *testing.T) {
 	defer srv.Close()
 	var logged bytes.Buffer
 	e := newEnvLogging(t, srv.URL, gateway.Config{}, slog.New(slog.NewTextHandler(&logged, nil)))
-	stream := func(model, extra string) (int, string) {
+	send := func(body string) (int, string) {
 		t.Helper()
-		body := `{"model":"` + model + `","stream":true` + extra + `,"messages":[{"role":"user","content":"hi"}]}`
 		res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", body)
 		got, err := io.ReadAll(res.Body)
 		res.Body.Close()
@@ -94,6 +93,10 @@ func TestAnUpstreamThatRefusesStreamOptionsGetsTheClientsBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		return res.StatusCode, string(got)
+	}
+	stream := func(model, extra string) (int, string) {
+		t.Helper()
+		return send(`{"model":"` + model + `","stream":true` + extra + `,"messages":[{"role":"user","content":"hi"}]}`)
 	}
 	client := func(model string) string {
 		return `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -193,11 +196,8 @@ func TestAnUpstreamThatRefusesStreamOptionsGetsTheClientsBody(t *testing.T) {
 	up.sent()
 	e.tracker.settledOnce(t)
 	quoting := `{"model":"o3","stream":true,"messages":[{"role":"stream_options","content":"hi"}]}`
-	res := post(t, e.front.URL+"/v1/chat/completions", "tgk_good", quoting)
-	got2, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusBadRequest || string(got2) != quotedRole {
-		t.Fatalf("a body quoted in its refusal got %d %q, want the upstream's 400 to its own body", res.StatusCode, got2)
+	if status, got = send(quoting); status != http.StatusBadRequest || got != quotedRole {
+		t.Fatalf("a body quoted in its refusal got %d %q, want the upstream's 400 to its own body", status, got)
 	}
 	if sent = up.sent(); len(sent) != 2 || sent[1] != quoting {
 		t.Fatalf("a body quoted in its refusal sent %q, want asked, then its own", sent)
