@@ -16,8 +16,9 @@ import (
 )
 
 // Share spreads the refusals each enforcer learns to every other one, and to its own
-// other front, through one key in Redis (mirror.Layout.StreamOptionsRefusalsKey): without it each replica, and each
-// replica again after a restart, met every refusal itself. Behind Envoy that is a
+// other front, through one key in Redis (mirror.Layout.StreamOptionsRefusalsKey):
+// without it each replica, and each replica again after a restart, met every refusal
+// itself. Behind Envoy that is a
 // client's failed stream per replica, model and day; through the gateway an extra round
 // trip an hour.
 //
@@ -72,13 +73,6 @@ type ShareConfig struct {
 // end the key gives it: a value written by hand, or by a clock far ahead, does not leave
 // streams unasked for longer.
 const LongestShared = 24 * time.Hour
-
-func earliest(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
 
 // MostShared is how many refusals the shared key holds at most.
 const MostShared = 512
@@ -161,7 +155,7 @@ func (s *Share) round(ctx context.Context) {
 		return // nothing shared
 	}
 	if err != nil {
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if !errors.Is(ctx.Err(), context.Canceled) { // not the enforcer stopping
 			if s.cfg.Errors != nil {
 				s.cfg.Errors.WithLabelValues(op).Inc()
 			}
@@ -175,9 +169,12 @@ func (s *Share) round(ctx context.Context) {
 		s.corrupted.Log(s.cfg.Log, slog.LevelWarn, "stream_options refusals: the shared key holds no refusals JSON; it is replaced by the next refusal learned", "key", s.cfg.Key, "error", err)
 		return
 	}
+	longest := now.Add(LongestShared)
 	for _, r := range rs {
 		// No refusal is kept longer than any front learns one for, whatever the key says.
-		r.Until = earliest(r.Until, now.Add(LongestShared))
+		if r.Until.After(longest) {
+			r.Until = longest
+		}
 		taken := false
 		for _, f := range s.memories {
 			if f.m.Remember(r) {

@@ -29,6 +29,7 @@ package streamoptions
 
 import (
 	"bytes"
+	"encoding/hex"
 	"net/http"
 
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -99,7 +100,8 @@ func MayQuote(b []byte) bool {
 		}
 		k += i
 		if k+6 <= len(b) {
-			if r, ok := hex4(b[k+2 : k+6]); ok && isWordByte(r) {
+			var c [2]byte // the escape's code point, \u00XX for a letter
+			if _, err := hex.Decode(c[:], b[k+2:k+6]); err == nil && c[0] == 0 && isWordByte(c[1]) {
 				return true
 			}
 		}
@@ -110,7 +112,8 @@ func MayQuote(b []byte) bool {
 
 // wordAround tells whether word, whose underscore is at index under in it, is in b
 // around the underscore at at, in any case (ASCII: the words are lower-case letters and
-// one underscore).
+// one underscore). Compared here, not with bytes.EqualFold, whose Unicode folding made
+// MayQuote four times slower on a body dense with underscores.
 func wordAround(b []byte, at int, word string, under int) bool {
 	from := at - under
 	if from < 0 || from+len(word) > len(b) {
@@ -124,24 +127,7 @@ func wordAround(b []byte, at int, word string, under int) bool {
 	return true
 }
 
-// hex4 reads four hexadecimal digits.
-func hex4(h []byte) (r rune, ok bool) {
-	for _, c := range h {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
-}
-
 // isWordByte: an ASCII letter or underscore, what the two words are written with.
-func isWordByte(r rune) bool {
+func isWordByte(r byte) bool {
 	return r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
 }
