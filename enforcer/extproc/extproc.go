@@ -134,7 +134,7 @@ type stream struct {
 	status int32
 	// refusal holds the first bytes of an answer that may refuse the stream_options
 	// the request filter added (a 400 or 422 as it came: finish asks
-	// streamoptions.Refused); nil for any other answer.
+	// streamoptions.RefusedByName); nil for any other answer.
 	refusal       []byte
 	refusalCoding []string // its Content-Encoding values
 	// reply is what Envoy said of the answer with its headers (the response attributes
@@ -684,15 +684,17 @@ func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 }
 
 // learnRefusal remembers that the request's upstream refused the stream_options the
-// request filter added (streamoptions.Refused, of the whole answer): the next streams of
-// that model to that host go as their clients wrote them, charged an estimate. Envoy
-// cannot send this request again without the field, so its client got the refusal. A
-// refusal is learned only from a request whose body was asked and could not have made
-// the upstream name the field by quoting the client (mayQuote): the words are then the
-// upstream's own, about the field the enforcer added.
+// request filter added (streamoptions.RefusedByName, of the whole answer): the next
+// streams of that model to that host go as their clients wrote them, charged an estimate.
+// Envoy cannot send this request again without the field, so its client got the refusal.
+// A refusal is learned only from a request whose body was asked and could not have made
+// the upstream name the field by quoting the client (mayQuote), and only from an answer
+// that names the field other than by quoting the request it was added to (an error whose
+// input is the whole body: RefusedByName): the words are then the upstream's own, about
+// the field the enforcer added.
 func (st *stream) learnRefusal(endOfStream bool) {
 	if st.refusal == nil || !endOfStream || len(st.refusal) > streamoptions.MaxErrorBytes ||
-		!streamoptions.Refused(int(st.status), st.refusalCoding, st.refusal) {
+		!streamoptions.RefusedByName(int(st.status), st.refusalCoding, st.refusal) {
 		return
 	}
 	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked && st.s.streamOptions.Learn(st.refusalKey(), model) && st.s.Log != nil {

@@ -1183,6 +1183,19 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 			t.Fatalf("%s: a refusal that may quote the client left o3's streams unasked", c.name)
 		}
 	}
+	// An error about a field the client left out, quoting the whole body as FastAPI's
+	// default 422 does (the stream_options the enforcer added with it): any member could
+	// have every member's streams of that model left unasked.
+	noMessages := `{"model":"qwen","stream":true}`
+	id, _ = e.Admit(t, w.Key)
+	if sendRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: noMessages}).GetResponse() == nil {
+		t.Fatal("a stream without messages was not asked")
+	}
+	runStream(t, e, streamSpec{requestID: id, status: "422", contentType: "application/json", chunks: [][]byte{[]byte(
+		`{"detail":[{"type":"missing","loc":["body","messages"],"msg":"Field required","input":{"model":"qwen","stream":true,"stream_options":{"include_usage":true}}}]}`)}})
+	if !call(bodyOf("qwen"), "200", "{}") {
+		t.Error("an error quoting the request it was about left qwen's streams unasked")
+	}
 	if refused() != 1 {
 		t.Errorf("include_usage_refused counted %v, want 1", refused())
 	}

@@ -19,7 +19,8 @@
 // is charged an estimate from its prompt and text, as any unasked stream is. The words
 // alone are not trusted, since an upstream may quote the client: the gateway learns the
 // refusal only when the client's own body is answered 2xx, and ext_proc, which cannot
-// send it, only from a request that could not have been quoted so (MayQuote). Memory
+// send it, only from a request that could not have been quoted so (MayQuote), and from an
+// answer that does not name the field only by quoting that request (RefusedByName). Memory
 // remembers the refusal for a while per upstream and model, so the next streams there go
 // unasked from the start; after it the upstream is asked again, so that one that has
 // learned the field is charged exactly again. Behind Envoy the enforcer cannot send a
@@ -46,20 +47,71 @@ const MaxErrorBytes = 16 << 10
 // MaxErrorBytes of its body as it came, decoded here (gzip, deflate, br: a server may
 // compress its errors whatever the request offered; Databricks' gzips them).
 func Refused(status int, contentEncoding []string, body []byte) bool {
+	lower, ok := refusalText(status, contentEncoding, body)
+	return ok && (bytes.Contains(lower, []byte("stream_options")) || bytes.Contains(lower, []byte("include_usage")))
+}
+
+// RefusedByName is Refused of an answer that names the field itself, not only by quoting
+// it with the value the enforcer gave it ("stream_options": {"include_usage": true}, as
+// JSON or as a Python dict): an upstream that quotes the request in its errors names the
+// field so for any error a client chooses to make. FastAPI's default 422 lists each
+// error's input, and a missing field's input is the whole body: a client's stream
+// without its messages was answered {"detail":[{"type":"missing","loc":["body",
+// "messages"],...,"input":{...,"stream_options":{"include_usage":true}}}]}, and behind
+// Envoy, which cannot send the client's own body to prove a refusal, that taught the
+// enforcer that the upstream refuses the field: every member's streams of that model went
+// unasked for a day, on every replica. A refusal by name ("Unknown parameter:
+// 'stream_options'", "extraneous key [include_usage]", a strict schema's
+// "loc":["body","stream_options"]) names it otherwise too.
+func RefusedByName(status int, contentEncoding []string, body []byte) bool {
+	lower, ok := refusalText(status, contentEncoding, body)
+	return ok && (namedNotQuoted(lower, "stream_options", "{") || namedNotQuoted(lower, "include_usage", "true"))
+}
+
+// refusalText is an answer's body, decoded and lowered, when its status may refuse the
+// field (MayRefuse) and its coding is read here; ok false otherwise.
+func refusalText(status int, contentEncoding []string, body []byte) (lower []byte, ok bool) {
 	if !MayRefuse(status) {
-		return false
+		return nil, false
 	}
 	if codings := requestbody.Codings(contentEncoding); len(codings) > 0 {
 		decoded, err := requestbody.Decode(codings, body, maxDecodedErrorBytes)
 		if err != nil {
-			return false // not an error's JSON, or not one read here
+			return nil, false // not an error's JSON, or not one read here
 		}
 		body = decoded
 	}
 	// An error's body, once per refused request: a lowered copy is simpler than a
 	// search ignoring case, and costs nothing that matters here.
-	lower := bytes.ToLower(body)
-	return bytes.Contains(lower, []byte("stream_options")) || bytes.Contains(lower, []byte("include_usage"))
+	return bytes.ToLower(body), true
+}
+
+// namedNotQuoted tells whether word is in lower somewhere other than as a key quoted with
+// value, the value the enforcer writes (a key's closing quotes, ":" or "=", then value,
+// spaces allowed between).
+func namedNotQuoted(lower []byte, word, value string) bool {
+	for i := 0; ; {
+		k := bytes.Index(lower[i:], []byte(word))
+		if k < 0 {
+			return false
+		}
+		i += k + len(word)
+		if !quotedWithValue(lower[i:], value) {
+			return true
+		}
+	}
+}
+
+// quotedWithValue tells whether what follows a key is its value: closing quotes (escaped
+// in a JSON string, or not), ":" or "=" (or "=>"), then value.
+func quotedWithValue(after []byte, value string) bool {
+	after = bytes.TrimLeft(after, "\\\"'`")
+	after = bytes.TrimLeft(after, " \t\r\n")
+	if len(after) == 0 || (after[0] != ':' && after[0] != '=') {
+		return false
+	}
+	after = bytes.TrimPrefix(after[1:], []byte(">"))
+	return bytes.HasPrefix(bytes.TrimLeft(after, " \t\r\n"), []byte(value))
 }
 
 // MayRefuse tells whether an answer of this status may refuse stream_options (400 or

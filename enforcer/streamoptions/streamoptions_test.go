@@ -58,6 +58,45 @@ func TestRefused(t *testing.T) {
 	}
 }
 
+// RefusedByName (ext_proc's, which cannot prove a refusal by sending the client's own
+// body) does not take an answer that names the field only by quoting the request it was
+// added to: an error about anything else a client chose to get, whose input is the whole
+// body (FastAPI's default 422, an error's str() in a 400).
+func TestRefusedByName(t *testing.T) {
+	cases := []struct {
+		name string
+		body string
+		want bool
+	}{
+		{"openai-shaped unknown parameter", `{"error":{"message":"Unknown parameter: 'stream_options'.","type":"invalid_request_error","param":"stream_options","code":"unknown_parameter"}}`, true},
+		{"groq's older answer", `{"error":{"message":"property 'stream_options' is unsupported, did you mean 'stream'?"}}`, true},
+		{"bedrock's validation", `{"message":"extraneous key [include_usage] is not permitted"}`, true},
+		{"a strict schema's 422", `{"detail":[{"type":"extra_forbidden","loc":["body","stream_options"],"msg":"Extra inputs are not permitted","input":{"include_usage":true}}]}`, true},
+		{"a flattened path", `{"error":"body.stream_options: Extra inputs are not permitted"}`, true},
+		{"named, then quoted", `{"error":"stream_options is not supported","input":{"stream_options":{"include_usage":true}}}`, true},
+		// The request quoted: an error about another field.
+		{"fastapi's missing field", `{"detail":[{"type":"missing","loc":["body","messages"],"msg":"Field required","input":{"model":"qwen","stream":true,"stream_options":{"include_usage":true}}}]}`, false},
+		{"spaced", `{"detail":[{"loc":["body","messages"],"input":{"model": "qwen", "stream": true, "stream_options": {"include_usage": true}}}]}`, false},
+		{"a python dict in a message", `{"object":"error","message":"1 validation error: {'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required', 'input': {'model': 'qwen', 'stream': True, 'stream_options': {'include_usage': True}}}","code":400}`, false},
+		{"pydantic's cut repr", `{"message":"messages\n  Field required [type=missing, input_value={'model': 'qwen', 'stream': ...{'include_usage': True}}, input_type=dict]"}`, false},
+		{"json in a json string", `{"error":"bad body: {\"model\":\"qwen\",\"stream_options\":{\"include_usage\":true}}"}`, false},
+		{"another bad request", `{"error":{"message":"Invalid model: gpt-9"}}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := streamoptions.RefusedByName(400, nil, []byte(c.body)); got != c.want {
+				t.Errorf("RefusedByName(400, %s) = %v, want %v", c.body, got, c.want)
+			}
+			if !streamoptions.Refused(400, nil, []byte(c.body)) && c.want {
+				t.Errorf("Refused(400, %s) = false", c.body)
+			}
+		})
+	}
+	if streamoptions.RefusedByName(500, nil, []byte(`{"error":"Unknown parameter: 'stream_options'."}`)) {
+		t.Error("a 500 was taken for a refusal")
+	}
+}
+
 // clock is a time the test moves.
 type clock struct{ t time.Time }
 
