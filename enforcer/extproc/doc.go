@@ -13,7 +13,9 @@
 //     request had one. A body naming a model nobody priced, in an organization that
 //     refuses such models, is answered at once with the gate's 403
 //     (gate.ModelNotPricedRefusal) as an ImmediateResponse: it never goes upstream and
-//     is settled at no cost. Its streams never settle anything else.
+//     is settled at no cost. A request whose stream ends after its headers and before its
+//     body (Envoy's 413 for a body past its buffer, a client gone during the upload) never
+//     went upstream, and is settled so too. Its streams never settle anything else.
 //   - The response filter (no role): it follows the response, feeds the body to a usage
 //     extractor (package responseusage) chunk by chunk, and at the end of the stream reports
 //     what it found, and what it saw (which counts were reported, the bytes of output

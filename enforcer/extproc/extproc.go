@@ -111,10 +111,11 @@ type stream struct {
 	hasContentLength  bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
-	// headersSeen: the stream's request headers came (a second is refused: Process).
-	headersSeen bool
-	rawValues   bool
-	bodySeen    bool
+	// headersSeen: the stream's request headers came (a second is refused: Process);
+	// headersEnd: they ended the request (no body follows).
+	headersSeen, headersEnd bool
+	rawValues               bool
+	bodySeen                bool
 	// codings: the request's Content-Encoding (requestbody.Codings).
 	codings []string
 	// contentType is the request's Content-Type: a multipart form's boundary
@@ -204,6 +205,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.requestHeaders(r.RequestHeaders.GetHeaders())
+		st.headersEnd = r.RequestHeaders.GetEndOfStream()
 		st.upstreamHost = upstreamHostOf(req.GetAttributes())
 		st.routeIncludeUsage = includeUsageOf(req.GetAttributes())
 		if st.webSocket && st.requestID != "" && !st.s.AllowDeferred.Allows(requestbody.DeferredRealtime) {
@@ -716,7 +718,10 @@ func (st *stream) finish(endOfStream bool) {
 	}
 	st.done = true
 	if st.requestOnly {
-		return // the response filter's stream settles
+		if st.requestID != "" && st.headersSeen && !st.headersEnd && !st.bodySeen && !st.webSocket {
+			st.endedBeforeBody()
+		}
+		return // else the response filter's stream settles
 	}
 	if st.requestID == "" {
 		// Not a request the gate admitted (no id), or Envoy does not send request
@@ -774,6 +779,20 @@ func (st *stream) finish(endOfStream bool) {
 	case <-applied:
 	case <-t.C:
 	}
+}
+
+// endedBeforeBody settles a request whose request-body stream ended after its headers and
+// before its body came: Envoy gave the request up there (its 413 for a body past the
+// buffer limit, a client gone during the upload). Envoy holds a BUFFERED body's headers
+// until the body's answer, so the response filter never saw the request and nothing
+// follows it: left to the reaper, it counted in flight, its reservation held, for
+// TOLLGATE_ENFORCER_ABANDON_AFTER (15 minutes), and a member at a cap of one was refused
+// all that time after one body too large. Settled at once as a refusal (inflight.Refused,
+// status 0: no answer): should the request have gone upstream all the same (the stream
+// broke and Envoy failed open), the response filter's settlement of its answer promotes
+// this one, as it promotes any refusal Envoy did not apply.
+func (st *stream) endedBeforeBody() {
+	_ = st.s.tracker.Finish(st.requestID, inflight.Refused(0), nil)
 }
 
 // guardedSettleWait bounds how long the end of a guarded request's response waits for

@@ -125,3 +125,56 @@ func TestEveryRefusalIsSettledAsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A request Envoy gives up before its body reaches the request-body filter (its 413 for a
+// body past the listener's buffer limit, a client gone during the upload) never goes
+// upstream, and the response filter never sees it (Envoy holds a BUFFERED body's headers
+// until the body's answer). The request-body stream, ended after the headers, settles it
+// at once as a refusal: before, it waited for the reaper, counted in flight with its
+// reservation for TOLLGATE_ENFORCER_ABANDON_AFTER (15 minutes), and a member at a cap of
+// one was refused all that time. A request without a body (its headers end it) is left
+// to the response filter, as is one whose body came.
+func TestRequestEndedBeforeItsBodyIsSettled(t *testing.T) {
+	e, w := deferredBillingEnv(t, "refuse")
+	// stream plays the request-body filter's stream up to the request's headers, then
+	// ends it.
+	stream := func(id string, headersEnd bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := e.ExtProc.Process(metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: enforcertest.HeaderMap(":method", "POST", ":path", "/v1/chat/completions", ":authority", "llm.example.test",
+				"content-type", "application/json", "content-length", "8388608", "x-service-request-id", id),
+			EndOfStream: headersEnd}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err == nil {
+			t.Fatal("the stream went on after its end")
+		}
+	}
+
+	id, _ := e.Admit(t, w.Key)
+	stream(id, false)
+	enforcertest.WaitFor(t, "the request ended before its body settled", func() bool { return e.CP.Receipt(id) != nil })
+	if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetRefused() {
+		t.Fatalf("settled at %d, refused %v; want 0, true", r.Cost, r.Item.GetRefused())
+	}
+
+	// Without a body, the response filter settles it: nothing here.
+	bodiless, _ := e.Admit(t, w.Key)
+	stream(bodiless, true)
+	time.Sleep(200 * time.Millisecond)
+	if r := e.CP.Receipt(bodiless); r != nil {
+		t.Fatalf("a request without a body was settled by the request-body filter: %v", r.Item)
+	}
+}
