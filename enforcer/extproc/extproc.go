@@ -214,7 +214,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			// gateway charges one (docs/gateway.md, "Realtime").
 			st.refused(http.StatusForbidden) // never sent upstream
 			st.s.m.ExtProcRequestBodies.WithLabelValues("billing_deferred").Inc()
-			return immediate(gate.BillingDeferredRefusal(requestbody.DeferredRealtime))
+			return st.immediate(gate.BillingDeferredRefusal(requestbody.DeferredRealtime))
 		}
 		return continueRequestHeaders
 	case *extprocv3.ProcessingRequest_RequestBody:
@@ -373,12 +373,12 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		case errors.Is(err, requestbody.ErrDecodeBusy):
 			st.refused(http.StatusServiceUnavailable) // never sent upstream
 			m.WithLabelValues("decode_busy").Inc()
-			return refusal(requestbody.BusyRefusal())
+			return st.refuse(requestbody.BusyRefusal())
 		case err != nil:
 			r := requestbody.DecodeRefusal(err, st.codings, maxDecodedBody)
 			st.refused(r.Status) // never sent upstream
 			m.WithLabelValues("undecodable").Inc()
-			return refusal(r)
+			return st.refuse(r)
 		}
 		body, replace = b, true
 		m.WithLabelValues("decoded").Inc()
@@ -399,7 +399,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	if hint.Malformed {
 		st.refused(http.StatusBadRequest) // never sent upstream
 		m.WithLabelValues("malformed").Inc()
-		return refusal(requestbody.MalformedRefusal())
+		return st.refuse(requestbody.MalformedRefusal())
 	}
 	est := hint.WithUpstreamHost(st.upstreamHost).Body
 	// InvokeModel's guardrail, named by a header: its trace asked for by another, set
@@ -414,13 +414,13 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 	if endpoint := requestbody.DeferredRequest(st.method, st.path, est, body); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
 		st.refused(http.StatusForbidden) // never sent upstream
 		m.WithLabelValues("billing_deferred").Inc()
-		return immediate(gate.BillingDeferredRefusal(endpoint))
+		return st.immediate(gate.BillingDeferredRefusal(endpoint))
 	}
 	if est != nil {
 		if st.s.tracker.RefuseUnpricedModel(st.requestID, est.Model) { // settled, refused
 			st.done = true
 			m.WithLabelValues("model_not_priced").Inc()
-			return immediate(gate.ModelNotPricedRefusal(est.Model))
+			return st.immediate(gate.ModelNotPricedRefusal(est.Model))
 		}
 		st.s.tracker.RecordRequest(st.requestID, *est)
 	}
@@ -645,21 +645,24 @@ func (st *stream) headerValue(key, v string) *corev3.HeaderValue {
 	return &corev3.HeaderValue{Key: key, Value: v}
 }
 
-// refusal answers the client with a front door's own refusal of a body it cannot read,
-// in the shape of the gateway's errors (writeError: never cached, as any refusal).
-func refusal(r requestbody.Refusal) *extprocv3.ProcessingResponse {
+// refuse answers the client with a front door's own refusal of a body it cannot read,
+// in the shape of the gateway's errors (writeError: never cached, as any refusal). Its
+// headers are written as the stream's Envoy reads them (headerValue): Envoy reads a
+// mutation's raw_value, or its value, as its runtime guard send_header_raw_value says
+// (the same guard by which it sends them), and the other field is read as empty.
+func (st *stream) refuse(r requestbody.Refusal) *extprocv3.ProcessingResponse {
 	typ := "invalid_request_error"
 	if r.Status >= 500 {
 		typ = "api_error" // busy (requestbody.BusyRefusal), as the gateway's
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "code": r.Code, "message": r.Message}})
 	set := []*corev3.HeaderValueOption{
-		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-		{Header: &corev3.HeaderValue{Key: "cache-control", RawValue: []byte("no-store")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-		{Header: &corev3.HeaderValue{Key: strings.ToLower(gate.HeaderErrorCode), RawValue: []byte(r.Code)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		{Header: st.headerValue("content-type", "application/json"), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		{Header: st.headerValue("cache-control", "no-store"), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		{Header: st.headerValue(strings.ToLower(gate.HeaderErrorCode), r.Code), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
 	}
 	if r.Status == http.StatusServiceUnavailable {
-		set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte("1")},
+		set = append(set, &corev3.HeaderValueOption{Header: st.headerValue("retry-after", "1"),
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
@@ -669,12 +672,12 @@ func refusal(r requestbody.Refusal) *extprocv3.ProcessingResponse {
 }
 
 // immediate answers the client with a gate refusal instead of sending the request
-// upstream (a local reply of Envoy's).
-func immediate(a gate.Answer) *extprocv3.ProcessingResponse {
+// upstream (a local reply of Envoy's), its headers as refuse writes them.
+func (st *stream) immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 	hs := a.DeniedHeaders()
 	set := make([]*corev3.HeaderValueOption, len(hs))
 	for i, h := range hs {
-		set[i] = &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: strings.ToLower(h.Name), RawValue: []byte(h.Value)},
+		set[i] = &corev3.HeaderValueOption{Header: st.headerValue(strings.ToLower(h.Name), h.Value),
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{

@@ -178,3 +178,44 @@ func TestRequestEndedBeforeItsBodyIsSettled(t *testing.T) {
 		t.Fatalf("a request without a body was settled by the request-body filter: %v", r.Item)
 	}
 }
+
+// A refusal's headers are written as the stream's Envoy reads them: Envoy reads a
+// mutation's raw_value, or its value, as its runtime guard send_header_raw_value says (the
+// guard by which it sends the request's headers), and takes the other field as empty. An
+// Envoy that sends values in value (the guard off) got every refusal with empty headers:
+// no X-Service-Error-Code, an empty Content-Type, no Retry-After.
+func TestRefusalHeadersAsEnvoySendsThem(t *testing.T) {
+	e, w := deferredBillingEnv(t, "refuse")
+	e.CP.RefuseUnpriced(w.ID, true)
+	for _, c := range []struct {
+		name string
+		spec bodySpec
+		code string
+	}{
+		{"malformed", bodySpec{path: "/v1/chat/completions", body: `{"model":"gpt-4o-mini","temperature":NaN}`}, "service_gateway_request_body_malformed"},
+		{"billing deferred", bodySpec{path: "/v1/batches", body: `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`}, "service_gateway_billing_deferred"},
+	} {
+		for _, stringValues := range []bool{false, true} {
+			spec := c.spec
+			spec.stringValues = stringValues
+			spec.requestID, _ = e.Admit(t, w.Key)
+			ir := answerRequestBody(t, e, spec).GetImmediateResponse()
+			if ir == nil {
+				t.Fatalf("%s: not refused", c.name)
+			}
+			var code string
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				hv := h.GetHeader()
+				if stringValues && len(hv.GetRawValue()) > 0 || !stringValues && hv.GetValue() != "" {
+					t.Fatalf("%s (values as strings %v): header %s written in the other field", c.name, stringValues, hv.GetKey())
+				}
+				if hv.GetKey() == "x-service-error-code" {
+					code = hv.GetValue() + string(hv.GetRawValue())
+				}
+			}
+			if code != c.code {
+				t.Fatalf("%s (values as strings %v): x-service-error-code %q, want %q", c.name, stringValues, code, c.code)
+			}
+		}
+	}
+}
