@@ -1183,6 +1183,19 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 			t.Fatalf("%s: a refusal that may quote the client left o3's streams unasked", c.name)
 		}
 	}
+	// A value the upstream quotes as the client wrote it, with a dotted capital I (U+0130,
+	// which lowers to an ASCII i by Unicode's rules): not the word for MayQuote, so not
+	// taken for it in the answer either.
+	dotted := strings.Replace(bodyOf("o3"), `"role":"user"`, `"role":"stream_opt\u0130ons"`, 1)
+	id, _ = e.Admit(t, w.Key)
+	if sendRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: dotted}).GetResponse() == nil {
+		t.Fatal("a dotted I: the stream was not asked")
+	}
+	runStream(t, e, streamSpec{requestID: id, status: "400", contentType: "application/json", chunks: [][]byte{[]byte(
+		"{\"error\":{\"message\":\"Invalid value: 'stream_opt\u0130ons'. Supported values are: 'system', 'assistant', 'user'.\",\"param\":\"messages[0].role\"}}")}})
+	if !call(bodyOf("o3"), "200", "{}") {
+		t.Error("a dotted I: a refusal quoting the client left o3's streams unasked")
+	}
 	// An error about a field the client left out, quoting the whole body as FastAPI's
 	// default 422 does (the stream_options the enforcer added with it): any member could
 	// have every member's streams of that model left unasked.

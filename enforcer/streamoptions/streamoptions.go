@@ -42,10 +42,10 @@ const MaxErrorBytes = 16 << 10
 
 // Refused tells whether an upstream's answer refuses the stream_options of a request
 // that carried the enforcer's: a 400 or 422 whose body names stream_options or
-// include_usage, in any case. A refusal for another reason names neither. status is the
-// answer's, contentEncoding its Content-Encoding values, and body the first
-// MaxErrorBytes of its body as it came, decoded here (gzip, deflate, br: a server may
-// compress its errors whatever the request offered; Databricks' gzips them).
+// include_usage, its ASCII letters in any case. A refusal for another reason names
+// neither. status is the answer's, contentEncoding its Content-Encoding values, and body
+// the first MaxErrorBytes of its body as it came, decoded here (gzip, deflate, br: a
+// server may compress its errors whatever the request offered; Databricks' gzips them).
 func Refused(status int, contentEncoding []string, body []byte) bool {
 	lower, ok := refusalText(status, contentEncoding, body)
 	return ok && (bytes.Contains(lower, []byte("stream_options")) || bytes.Contains(lower, []byte("include_usage")))
@@ -82,8 +82,23 @@ func refusalText(status int, contentEncoding []string, body []byte) (lower []byt
 		body = decoded
 	}
 	// An error's body, once per refused request: a lowered copy is simpler than a
-	// search ignoring case, and costs nothing that matters here.
-	return bytes.ToLower(body), true
+	// search ignoring case, and costs nothing that matters here. ASCII letters only, as
+	// MayQuote folds them: bytes.ToLower folds by Unicode, and U+0130 (İ) lowers to an
+	// ASCII i, so an upstream quoting a client's "stream_optİons", which MayQuote does
+	// not take for the word, read as a refusal of the field by name.
+	return asciiLower(body), true
+}
+
+// asciiLower is a copy of b with its ASCII capitals lowered, every other byte as it was.
+func asciiLower(b []byte) []byte {
+	lower := make([]byte, len(b))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	return lower
 }
 
 // namedNotQuoted tells whether word is in lower somewhere other than as a key quoted with

@@ -81,6 +81,9 @@ func TestRefusedByName(t *testing.T) {
 		{"pydantic's cut repr", `{"message":"messages\n  Field required [type=missing, input_value={'model': 'qwen', 'stream': ...{'include_usage': True}}, input_type=dict]"}`, false},
 		{"json in a json string", `{"error":"bad body: {\"model\":\"qwen\",\"stream_options\":{\"include_usage\":true}}"}`, false},
 		{"another bad request", `{"error":{"message":"Invalid model: gpt-9"}}`, false},
+		// A client's value quoted, which MayQuote does not take for the word: a capital I
+		// with a dot (U+0130) lowers to an ASCII i by Unicode's rules.
+		{"a dotted capital I quoted", "{\"error\":{\"message\":\"Invalid value: 'stream_opt\u0130ons'. Supported values are: 'system', 'assistant', 'user'.\"}}", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
