@@ -440,7 +440,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 			} else {
 				if !st.mayQuote(body) {
 					// Its refusal, if any, can be learned (learnRefusal).
-					st.s.tracker.NoteUsageAsked(st.requestID)
+					st.s.tracker.NoteUsageAsked(st.requestID, st.refusalKey())
 				}
 				body, replace = b, true
 				m.WithLabelValues("include_usage_set").Inc()
@@ -702,9 +702,12 @@ func (st *stream) learnRefusal(endOfStream bool) {
 		!streamoptions.RefusedByName(int(st.status), st.refusalCoding, st.refusal) {
 		return
 	}
-	if model, asked := st.s.tracker.UsageAsked(st.requestID); asked && st.s.streamOptions.Learn(st.refusalKey(), model) && st.s.Log != nil {
+	// Learned under the key the request filter looked it up under (its own attributes,
+	// which may differ from this filter's: an operator who gave the request-body filter
+	// the route's upstream_host alone would otherwise never find what this one learned).
+	if upstream, model, asked := st.s.tracker.UsageAsked(st.requestID); asked && st.s.streamOptions.Learn(upstream, model) && st.s.Log != nil {
 		st.s.Log.Warn("extproc: the upstream refused stream_options.include_usage, and its client got the refusal; its streams of this model go as their clients wrote them for a day, charged an estimate (give the route the tollgate metadata include_usage: false to skip asking)",
-			"request_id", st.requestID, "upstream", st.refusalKey(), "model", model, "status", st.status)
+			"request_id", st.requestID, "upstream", upstream, "model", model, "status", st.status)
 	}
 }
 

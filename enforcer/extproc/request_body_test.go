@@ -1152,6 +1152,24 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 		t.Error("a refusal by another route's upstream left this route's streams of the model unasked")
 	}
 
+	// The route's upstream_host given to the request-body filter alone (as
+	// deploy/envoy/envoy.yaml said before 2026-12-06): the response filter, keyed by the
+	// :authority and path, learns the refusal under the key the request filter looks up.
+	viaHost := func(status, answer string) (asked bool) {
+		t.Helper()
+		id, _ := e.Admit(t, w.Key)
+		asked = sendRequestBody(t, e, bodySpec{requestID: id, path: "/v1/chat/completions", body: bodyOf("mixtral"),
+			attributes: routeHost("api.groq.com")}).GetResponse() != nil
+		runStream(t, e, streamSpec{requestID: id, status: status, contentType: "application/json", chunks: [][]byte{[]byte(answer)}})
+		return asked
+	}
+	if !viaHost("400", refusal) {
+		t.Fatal("upstream_host: the first stream was not asked")
+	}
+	if viaHost("200", "{}") {
+		t.Error("upstream_host on the request-body filter alone: the refusal was learned under another key, and the next stream was asked again")
+	}
+
 	// A 400 for another reason.
 	call(bodyOf("m-x"), "400", `{"error":{"message":"The model m-x does not exist"}}`)
 	if !call(bodyOf("m-x"), "200", "{}") {
@@ -1209,7 +1227,7 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 	if !call(bodyOf("qwen"), "200", "{}") {
 		t.Error("an error quoting the request it was about left qwen's streams unasked")
 	}
-	if refused() != 1 {
-		t.Errorf("include_usage_refused counted %v, want 1", refused())
+	if refused() != 2 {
+		t.Errorf("include_usage_refused counted %v, want 2", refused())
 	}
 }

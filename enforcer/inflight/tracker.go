@@ -437,9 +437,9 @@ type reading struct {
 	advisorMaxTokens int64
 	containerKind    string
 	guardrail        bool
-	// usageAsked: the body was rewritten to ask the stream for its usage
-	// (NoteUsageAsked).
-	usageAsked bool
+	// usageAskedOf: the body was rewritten to ask the stream for its usage, and the
+	// upstream its refusal is remembered under (NoteUsageAsked); "" when not asked.
+	usageAskedOf string
 	// guardrailCheckBytes is the body's length of a guardrail called on its own
 	// (RecordGuardrailCheck), 0 for any other request.
 	guardrailCheckBytes int64
@@ -533,9 +533,12 @@ func (t *Tracker) Guarded(id string) bool {
 
 // NoteUsageAsked notes that the body of request id, recorded (RecordRequest), went
 // upstream rewritten to ask its stream for its usage (requestbody.AskStreamUsage): an
-// answer refusing that field is then the enforcer's doing (UsageAsked). It reports
-// whether this process knows the request and its reading.
-func (t *Tracker) NoteUsageAsked(id string) bool {
+// answer refusing that field is then the enforcer's doing (UsageAsked). upstream is the
+// key the asking filter looked the refusals up under (streamoptions.Memory), so that the
+// filter that reads the answer learns under that same key, whatever request attributes
+// each was configured with. It reports whether this process knows the request and its
+// reading.
+func (t *Tracker) NoteUsageAsked(id, upstream string) bool {
 	s := t.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -543,23 +546,23 @@ func (t *Tracker) NoteUsageAsked(id string) bool {
 	if r == nil || r.read == nil {
 		return false
 	}
-	r.read.usageAsked = true
+	r.read.usageAskedOf = upstream
 	return true
 }
 
 // UsageAsked tells whether request id's body went upstream asking its stream for its
-// usage (NoteUsageAsked), with the model the body named: ext_proc's response stream,
-// which did not see the body, learns from it that an upstream refuses the field
-// (package streamoptions).
-func (t *Tracker) UsageAsked(id string) (model string, asked bool) {
+// usage (NoteUsageAsked), with the upstream it was noted with and the model the body
+// named: ext_proc's response stream, which did not see the body, learns from it that an
+// upstream refuses the field (package streamoptions).
+func (t *Tracker) UsageAsked(id string) (upstream, model string, asked bool) {
 	s := t.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.m[id]
-	if r == nil || r.read == nil || !r.read.usageAsked {
-		return "", false
+	if r == nil || r.read == nil || r.read.usageAskedOf == "" {
+		return "", "", false
 	}
-	return r.read.model, true
+	return r.read.usageAskedOf, r.read.model, true
 }
 
 // Known tells whether the request id is in the table: admitted by this process and not
