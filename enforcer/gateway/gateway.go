@@ -355,7 +355,18 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.respond(w)
-	p.finish(p.pump(w))
+	ended := p.pump(w)
+	p.finish(ended)
+	if !ended {
+		// Broken off (the upstream's connection dropped or its stream reset, the idle
+		// timeout, the client gone): the client must see it broken off too, not a whole
+		// answer. Returning would end a stream of unknown length as if whole (HTTP/1.1's
+		// chunked terminator, HTTP/2's END_STREAM), and an SDK would take a cut stream
+		// for the complete answer, with no error and no retry. net/http takes this panic
+		// as an abort (the connection closed, the HTTP/2 stream reset) and logs nothing;
+		// done (deferred) releases the request, settled above, as on any return.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // take routes the request and takes a slot among MaxStreams; nil when it was answered
