@@ -1171,8 +1171,10 @@ func closeUnsent(out *http.Request) {
 
 // upstreamFailed answers an upstream that answered nothing: 504 on a timeout, else 502.
 // What is charged depends on whether the upstream had the request:
-//   - the client left first: the upstream had it, and its input estimate is charged as
-//     for any response cut before it began (an image's images too);
+//   - the client left first, once the whole request was written to the upstream: the
+//     upstream had it, and its input estimate is charged as for any response cut before
+//     it began (an image's images too); left before that (the connection still being
+//     made), nothing is charged (status 499);
 //   - the whole request was written to the upstream (its response headers then timed
 //     out, or the connection broke while it worked): the provider may bill it all the
 //     same, so it is charged the same way, incomplete, though the client gets the
@@ -1210,7 +1212,16 @@ func (p *proxied) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	}
 	if r.Context().Err() != nil {
 		gw.answered(w, OutcomeClientGone)
-		p.settleReceived()
+		if received {
+			p.settleReceived()
+		} else {
+			// The client left before the whole request was out (the upstream's
+			// connection still being made, an upload cut short): the provider had no
+			// request it can bill. Charged its estimate before 2026-12-06, as if the
+			// upstream had it: a client timing out on an upstream that cannot be reached
+			// paid an estimate per attempt for nothing.
+			p.settle(inflight.Usage{Complete: true, UpstreamStatus: statusClientClosed, Seen: &inflight.Seen{}})
+		}
 		return
 	}
 	status, outcome, msg := http.StatusBadGateway, OutcomeUpstreamError, "The upstream could not be reached or broke off before answering."
