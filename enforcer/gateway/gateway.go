@@ -22,7 +22,9 @@
 // before the gate, so nothing is admitted). An upstream that answers nothing (refused
 // connection, timeout before headers) is 502 or 504 in JSON and is not charged. A client
 // that disconnects cancels the upstream request; the request is settled as incomplete
-// with what was seen (the input estimate at least: the upstream had it).
+// with what was seen (the input estimate at least, once the upstream had the whole
+// request; nothing before). An answer the upstream breaks off is broken off for the
+// client too (ServeHTTP), never ended as if whole.
 package gateway
 
 import (
