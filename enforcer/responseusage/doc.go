@@ -107,7 +107,11 @@
 //     reports).
 //   - openai-chat-sse: chat.completion.chunk events; with
 //     stream_options.include_usage the last chunk carries usage (earlier
-//     ones carry "usage": null, which reports nothing).
+//     ones carry "usage": null, which reports nothing). Groq's last chunk
+//     carries it in x_groq.usage too, asked or not: its prompt_tokens,
+//     completion_tokens, total_tokens and prompt_tokens_details.cached_tokens
+//     are read as the top-level usage's (since 2026-12-06; before, a Groq
+//     stream not asked for its usage reported none and was estimated).
 //   - openai-responses-sse: "response.*" events; the terminal events
 //     response.completed, response.incomplete and response.failed carry
 //     response.usage (and response.tool_usage, read as a JSON body's tool_usage).

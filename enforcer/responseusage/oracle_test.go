@@ -283,6 +283,31 @@ var converseKeys = map[string]int{"inputTokens": tokInput, "outputTokens": tokOu
 	"cacheReadInputTokens": tokCacheRead, "cacheWriteInputTokens": tokCacheCreation,
 	"cacheReadInputTokenCount": tokCacheRead, "cacheWriteInputTokenCount": tokCacheCreation}
 
+// oracleGroq merges into u the counts of Groq's x_groq.usage objects (prompt_tokens,
+// completion_tokens, total_tokens, prompt_tokens_details.cached_tokens): each the
+// largest valid value, as the top-level usage's.
+func oracleGroq(obj []member, u *usageFields) {
+	for _, g := range all(obj, "x_groq") {
+		for _, us := range all(g, "usage") {
+			u.obj = true
+			for _, m := range us {
+				for _, t := range [...]int{tokPrompt, tokCompletion, tokTotal} {
+					if n, ok := plainCount(m.val); ok && m.key == tokKeys[t] {
+						u.setMax(t, n)
+					}
+				}
+				if det, ok := m.val.([]member); ok && m.key == "prompt_tokens_details" {
+					for _, f := range det {
+						if n, ok := plainCount(f.val); ok && f.key == "cached_tokens" {
+							u.setMax(tokCachedPrompt, n)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func oracleUsage(obj []member) (usageFields, bool) {
 	var u usageFields
 	converse := false
@@ -949,6 +974,7 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 	d.cost, d.hasCost = oracleCost(m)
 	var converse bool
 	d.usage[rootTop], converse = oracleUsage(m)
+	oracleGroq(m, &d.usage[rootTop])
 	oracleToolUse(m, &d.usage[rootTop])
 	for _, us := range all(m, "usage") {
 		for _, f := range us {

@@ -120,6 +120,11 @@ const (
 	kIsByok
 	kCostDetails
 	kUpstreamCost
+	// Groq's x_groq: a chat completions stream's last chunk carries its usage in
+	// x_groq.usage, whether or not the request asked for stream_options.include_usage
+	// (asked, a top-level usage too, the same counts): read as a top-level usage's
+	// counts (groqTarget).
+	kXGroq
 	// The text of the models' own events in Amazon Bedrock's InvokeModelWithResponseStream
 	// (textTarget): Meta Llama's generation, Amazon Titan's outputText, Amazon Nova's
 	// contentBlockDelta.delta.text (Mistral's outputs[].text: kOutputs).
@@ -398,6 +403,8 @@ func keyID(b []byte) uint8 {
 		return kCostDetails
 	case "upstream_inference_cost":
 		return kUpstreamCost
+	case "x_groq":
+		return kXGroq
 	case "generation":
 		return kGeneration
 	case "outputText":
@@ -1966,6 +1973,9 @@ func (s *scanner) classify() target {
 		if k[0] == kUsage {
 			return usageMember(rootTop, k[1])
 		}
+		if k[0] == kXGroq && k[1] == kUsage {
+			return target{kind: tgUsage, root: rootTop}
+		}
 		if k[0] == kBlock && k[1] == kType {
 			return target{kind: tgBlockType}
 		}
@@ -2034,6 +2044,8 @@ func (s *scanner) classify() target {
 			return target{kind: tgActionType}
 		} else if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			return usageMember(r, k[2])
+		} else if k[0] == kXGroq && k[1] == kUsage {
+			return groqTarget(k[2])
 		} else if k[0] == kToolUsage && k[1] == kImageGen && !s.multi {
 			// A Responses object's (a JSON body's) tool_usage.
 			return imageToolTarget(k[2])
@@ -2044,6 +2056,9 @@ func (s *scanner) classify() target {
 		}
 		if k[0] == kOutput && k[1] == kArr && k[2] == kAction && k[3] == kType {
 			return target{kind: tgActionType}
+		}
+		if k[0] == kXGroq && k[1] == kUsage {
+			return groqDetail(k[2], k[3])
 		}
 		if r, ok := rootOf(k[0]); ok && k[1] == kUsage {
 			if t, ok := detailTok(k[2], k[3]); ok {
@@ -2262,6 +2277,25 @@ func usageMember(root, k uint8) target {
 	if isModalities(k) && root != rootMessage {
 		// Gemini's usage, as kToolUsePrompt's.
 		return target{kind: tgModalities, root: root}
+	}
+	return target{}
+}
+
+// groqTarget is what the member k of Groq's x_groq.usage is, and groqDetail what the
+// member inner of its detail object k is. It is an OpenAI chat usage, read as one at the
+// top level: its counts (prompt_tokens, completion_tokens, total_tokens) and its
+// prompt_tokens_details.cached_tokens, the largest of each with the top-level usage's
+// (the same counts, when the request asked for them). Nothing else of it is read.
+func groqTarget(k uint8) target {
+	if k == kTok0+tokPrompt || k == kTok0+tokCompletion || k == kTok0+tokTotal {
+		return target{kind: tgTok, root: rootTop, tok: k - kTok0}
+	}
+	return target{}
+}
+
+func groqDetail(k, inner uint8) target {
+	if k == kPromptDetails && inner == kCachedTokens {
+		return target{kind: tgTok, root: rootTop, tok: tokCachedPrompt}
 	}
 	return target{}
 }

@@ -2192,6 +2192,37 @@ func TestGroqStreamStatesItsUsageTwice(t *testing.T) {
 		Format: FormatOpenAIChatSSE, InputReported: true, OutputReported: true, TextBytes: 2})
 }
 
+// TestGroqStreamWithoutIncludeUsage: a Groq stream whose request did not ask for
+// stream_options.include_usage (a route set includeUsage: false, an upstream remembered
+// to refuse the field) reports its usage in its last chunk's x_groq.usage alone: it is
+// read as a top-level usage's counts, cached tokens too, and the stream is complete
+// (before, it reported nothing and its 1,000 output tokens were charged as the estimate
+// of the 2 bytes of text the client saw). What else x_groq holds is not usage.
+func TestGroqStreamWithoutIncludeUsage(t *testing.T) {
+	const first = `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1786530508,"model":"qwen/qwen3-32b","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"logprobs":null,"finish_reason":null}],"x_groq":{"id":"req_01"}}` + "\n\n"
+	last := func(usage string) string {
+		return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1786530508,"model":"qwen/qwen3-32b","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"x_groq":{"id":"req_01","usage":` + usage + `}}` + "\n\n" + "data: [DONE]\n\n"
+	}
+	want := Usage{Model: "qwen/qwen3-32b", InputTokens: 75, OutputTokens: 1000, Complete: true, Format: FormatOpenAIChatSSE,
+		InputReported: true, OutputReported: true, TextBytes: 2}
+	cached := want
+	cached.CachedInputTokens = 64
+	unread := want
+	unread.InputTokens, unread.OutputTokens, unread.Complete, unread.InputReported, unread.OutputReported = 0, 0, false, false, false
+	for _, tc := range []struct {
+		name, usage string
+		want        Usage
+	}{
+		{"its counts", `{"queue_time":0.01,"prompt_tokens":75,"prompt_time":0.003,"completion_tokens":1000,"completion_time":0.9,"total_tokens":1075,"total_time":0.9}`, want},
+		{"its cached tokens", `{"prompt_tokens":75,"completion_tokens":1000,"total_tokens":1075,"prompt_tokens_details":{"cached_tokens":64}}`, cached},
+		{"a total beyond the prompt is output", `{"prompt_tokens":75,"completion_tokens":400,"total_tokens":1075}`, want},
+		{"no count of another name", `{"input_tokens":75,"output_tokens":1000,"prompt_time":75}`, unread},
+		{"a count nested deeper is none", `{"prompt_tokens":{"prompt_tokens":75},"queue":{"completion_tokens":1000}}`, unread},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkWholeAndBytewise(t, ctSSE, first+last(tc.usage), true, tc.want) })
+	}
+}
+
 // TestXAICostInTicks: xAI reports what it billed (tokens, cache discounts and its server-side
 // tools: web and X search, code execution) as usage.cost_in_usd_ticks, in ticks of 1e-10
 // USD; it is the upstream's cost, rounded up to micro-USD, in chat completions, the
