@@ -20,8 +20,14 @@
 //
 // The gateway charges a session usage by usage (enforcer/gateway, realtime.go): each
 // settles one admitted request, so a member's limit is checked again before the next. A
-// Reader follows one session: its models, the responses in progress, and the text their
-// deltas carried, from which a response cut before its response.done is estimated.
+// Reader follows one session: its models, the responses in progress, and the text and
+// audio their deltas carried, from which a response cut before its response.done is
+// estimated: its text, and its audio's length (response.output_audio.delta, the beta's
+// response.audio.delta: base64 of the session's output format, 16-bit PCM at 24 kHz
+// unless session.audio.output.format, the beta's output_audio_format, says G.711 at
+// 8 kHz or another PCM rate) at pricecatalog.AudioOutputTokensPerSecond, the rate
+// OpenAI's audio models count their output at. Audio is generated faster than it plays,
+// so a client that hangs up mid-answer has already been sent most of what was billed.
 //
 // Google's Gemini Live API is read likewise, turn by turn (GeminiLive, gemini.go), and
 // OpenAI's GPT-Live by the second of its session (GPTLive, gptlive.go).
@@ -35,6 +41,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // What an event reported (Reader.Event).
@@ -78,7 +88,8 @@ type Usage struct {
 	// Reported: the counts are the server's; else they are 0 and TextBytes is what
 	// there is to estimate from.
 	Reported bool
-	// TextBytes is the output text (and audio transcript) the response's deltas carried.
+	// TextBytes is the output text (and audio transcript) the response's deltas carried,
+	// and the bytes of text its audio's tokens stand for (estimate.Bytes), both billed.
 	TextBytes int64
 }
 
@@ -86,9 +97,49 @@ type Usage struct {
 type Reader struct {
 	model, transcriptionModel string
 	// open holds the ids of the responses created and not yet done; text the bytes of
-	// text their deltas carried.
-	open map[string]struct{}
-	text int64
+	// text their deltas carried, audio the base64 characters of their audio deltas.
+	open        map[string]struct{}
+	text, audio int64
+	// audioRate is the bytes a second of the session's output audio takes (audioRate's
+	// default, 16-bit PCM at 24 kHz, until a session event names another format).
+	audioRate int64
+}
+
+// defaultAudioRate is the bytes a second of the Realtime API's default output audio
+// takes: 16-bit PCM at 24 kHz.
+const defaultAudioRate = 2 * 24_000
+
+// audioFormat is a session's GA output format: {"type": "audio/pcm", "rate": 24000},
+// {"type": "audio/pcmu"}, {"type": "audio/pcma"}.
+type audioFormat struct {
+	Type string `json:"type"`
+	Rate int64  `json:"rate"`
+}
+
+// bytesPerSecond is the bytes a second of audio of the format takes; 0 when the format
+// is not one known (the rate kept is then the one before).
+func (f *audioFormat) bytesPerSecond() int64 {
+	switch f.Type {
+	case "audio/pcmu", "audio/pcma":
+		return 8_000 // G.711: a byte a sample at 8 kHz
+	case "audio/pcm":
+		if f.Rate > 0 && f.Rate <= 192_000 {
+			return 2 * f.Rate
+		}
+		return defaultAudioRate
+	}
+	return 0
+}
+
+// betaAudioRate is bytesPerSecond for the beta's output_audio_format.
+func betaAudioRate(format string) int64 {
+	switch format {
+	case "g711_ulaw", "g711_alaw":
+		return 8_000
+	case "pcm16":
+		return defaultAudioRate
+	}
+	return 0
 }
 
 // New returns a Reader for a session opened for model (the request's ?model=, the
@@ -163,8 +214,12 @@ type event struct {
 			Input *struct {
 				Transcription *transcriptionSettings `json:"transcription"`
 			} `json:"input"`
+			Output *struct {
+				Format *audioFormat `json:"format"`
+			} `json:"output"`
 		} `json:"audio"`
 		InputAudioTranscription *transcriptionSettings `json:"input_audio_transcription"`
+		OutputAudioFormat       string                 `json:"output_audio_format"`
 	} `json:"session"`
 	Response *struct {
 		ID    string `json:"id"`
@@ -189,8 +244,13 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 	case "session.created", "session.updated", "response.created", "response.done",
 		"conversation.item.input_audio_transcription.completed",
 		"response.output_text.delta", "response.output_audio_transcript.delta", // GA names
-		"response.text.delta", "response.audio_transcript.delta": // the beta's
+		"response.text.delta", "response.audio_transcript.delta", // the beta's
+		"response.output_audio.delta", "response.audio.delta": // audio, GA's and the beta's
 	default:
+		return Usage{}, None
+	}
+	if head.Type == "response.output_audio.delta" || head.Type == "response.audio.delta" {
+		r.audioDelta(msg)
 		return Usage{}, None
 	}
 	var e event
@@ -221,12 +281,12 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 			u.CachedAudioInputTokens, u.CachedImageInputTokens = us.cachedParts(u.CachedInputTokens)
 			u.Reported = true
 		} else {
-			// No usage: the text seen is what there is to estimate from (the text of
+			// No usage: the text and audio seen are what there is to estimate from (of
 			// every response in progress, when several overlap).
-			u.TextBytes = r.text
+			u.TextBytes = r.shown()
 		}
 		if len(r.open) == 0 {
-			r.text = 0
+			r.text, r.audio = 0, 0
 		}
 		return u, Response
 	case "conversation.item.input_audio_transcription.completed":
@@ -238,10 +298,52 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 		return u, Transcription
 	default: // a text delta
 		if _, ok := r.open[e.ResponseID]; ok || e.ResponseID == "" {
-			r.text += int64(len(e.Delta))
+			r.text = saturate.Add(r.text, int64(len(e.Delta)))
 		}
 	}
 	return Usage{}, None
+}
+
+// audioDelta counts an audio delta's base64 characters (of a response in progress, as a
+// text delta's text), without copying them: the most frequent and largest of a session's
+// messages.
+func (r *Reader) audioDelta(msg []byte) {
+	var e struct {
+		ResponseID string `json:"response_id"`
+		Delta      b64Len `json:"delta"`
+	}
+	if json.Unmarshal(msg, &e) != nil {
+		return
+	}
+	if _, ok := r.open[e.ResponseID]; ok || e.ResponseID == "" {
+		r.audio = saturate.Add(r.audio, int64(e.Delta))
+	}
+}
+
+// b64Len is the length of a base64 string as JSON writes it (no escape but perhaps "\/",
+// counted as its two bytes: a little more audio, never less), not decoded.
+type b64Len int64
+
+func (n *b64Len) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' {
+		*n = b64Len(len(b) - 2)
+	}
+	return nil
+}
+
+// shown is what the responses in progress showed, in bytes of text: their text, and
+// their audio's tokens as the text they stand for (estimate.Bytes), as the settlement
+// estimates text (estimate.Tokens). OpenAI bills a response's audio tokens and its text
+// tokens (the transcript) both, so the two add up.
+func (r *Reader) shown() int64 {
+	rate := r.audioRate
+	if rate == 0 {
+		rate = defaultAudioRate
+	}
+	// base64: 4 characters a 3 bytes; the tokens rounded up.
+	bytes := r.audio / 4 * 3
+	tokens := (bytes/rate*pricecatalog.AudioOutputTokensPerSecond + (bytes%rate*pricecatalog.AudioOutputTokensPerSecond+rate-1)/rate)
+	return saturate.Add(r.text, estimate.Bytes(tokens))
 }
 
 // trustedEnough reports whether an event that failed to decode with err is still read:
@@ -268,6 +370,13 @@ func (r *Reader) noteSession(e *event) {
 	}
 	if s.Model != "" {
 		r.model = s.Model
+	}
+	if s.Audio != nil && s.Audio.Output != nil && s.Audio.Output.Format != nil {
+		if rate := s.Audio.Output.Format.bytesPerSecond(); rate > 0 {
+			r.audioRate = rate
+		}
+	} else if rate := betaAudioRate(s.OutputAudioFormat); rate > 0 {
+		r.audioRate = rate
 	}
 	switch {
 	case s.Audio != nil && s.Audio.Input != nil && s.Audio.Input.Transcription != nil:
@@ -299,10 +408,11 @@ func transcribed(us *usage) (Usage, bool) {
 // Model is the session's model: the server's name once it gave one, else the request's.
 func (r *Reader) Model() string { return r.model }
 
-// Unfinished is what the responses in progress had shown (their deltas' text), and
-// whether there were any: at the session's end they never reported their usage.
+// Unfinished is what the responses in progress had shown (their deltas' text and audio:
+// shown), and whether there were any: at the session's end they never reported their
+// usage.
 func (r *Reader) Unfinished() (Usage, bool) {
-	return Usage{Model: r.model, TextBytes: r.text}, len(r.open) > 0
+	return Usage{Model: r.model, TextBytes: r.shown()}, len(r.open) > 0
 }
 
 // millis reads a decimal number of seconds (no sign, no exponent) as milliseconds,

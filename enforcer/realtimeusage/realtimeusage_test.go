@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 func i64(n int64) *int64 { return &n }
@@ -107,6 +110,63 @@ func TestUnfinishedAndUnreported(t *testing.T) {
 	}
 	if u, open := r.Unfinished(); !open || u.TextBytes != int64(len("Paid.")) {
 		t.Fatalf("unfinished %+v open %v", u, open)
+	}
+}
+
+// A response cut before its response.done (the client hung up mid-answer) has shown its
+// audio too: its deltas' base64 is the audio's length in the session's output format,
+// and each second of it 20 output tokens (pricecatalog.AudioOutputTokensPerSecond),
+// billed besides its transcript's text. Before, only the transcript counted: a second of
+// speech, some 15 bytes of text, was charged 4 tokens for the 20 the audio bills. A
+// response.done without usage is estimated so too; one with usage ends the estimate.
+func TestUnfinishedAudio(t *testing.T) {
+	// second is the base64 of a second of audio that takes rate bytes a second.
+	second := func(rate int) string { return strings.Repeat("AAAA", rate/3) }
+	const transcript = "Hello there."
+	for _, tc := range []struct {
+		name, session, delta string
+		seconds              int64
+	}{
+		{"the default, 16-bit PCM at 24 kHz", ``, second(48_000), 1},
+		{"GA's PCM named", `{"type":"session.created","session":{"model":"gpt-realtime","audio":{"output":{"format":{"type":"audio/pcm","rate":24000}}}}}`, second(48_000), 1},
+		{"GA's G.711 (a phone line's)", `{"type":"session.updated","session":{"audio":{"output":{"format":{"type":"audio/pcmu"}}}}}`, second(8_000) + second(8_000), 2},
+		{"the beta's G.711", `{"type":"session.updated","session":{"output_audio_format":"g711_alaw"}}`, second(8_000), 1},
+		{"an unknown format keeps the default", `{"type":"session.updated","session":{"audio":{"output":{"format":{"type":"audio/opus"}}}}}`, second(48_000), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := int64(len(transcript)) + estimate.Bytes(tc.seconds*pricecatalog.AudioOutputTokensPerSecond)
+			for _, done := range []string{"", `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","usage":null}}`} {
+				r := New("gpt-realtime")
+				for _, e := range []string{tc.session,
+					`{"type":"response.created","response":{"id":"resp_1"}}`,
+					`{"type":"response.output_audio.delta","response_id":"resp_1","delta":"` + tc.delta + `"}`,
+					`{"type":"response.output_audio.delta","response_id":"resp_other","delta":"` + tc.delta + `"}`,
+					`{"type":"response.output_audio_transcript.delta","response_id":"resp_1","delta":"` + transcript + `"}`,
+				} {
+					r.Event([]byte(e))
+				}
+				if done == "" {
+					if u, open := r.Unfinished(); !open || u.TextBytes != want {
+						t.Fatalf("unfinished: %d bytes (open %v), want %d", u.TextBytes, open, want)
+					}
+					continue
+				}
+				if u, kind := r.Event([]byte(done)); kind != Response || u.Reported || u.TextBytes != want {
+					t.Fatalf("ended without usage: %+v, want %d bytes", u, want)
+				}
+			}
+		})
+	}
+	// The beta's audio deltas count alike; a response that reports its usage ends them.
+	r := New("gpt-4o-realtime-preview")
+	r.Event([]byte(`{"type":"response.created","response":{"id":"resp_1"}}`))
+	r.Event([]byte(`{"type":"response.audio.delta","response_id":"resp_1","delta":"` + second(48_000) + `"}`))
+	if u, _ := r.Unfinished(); u.TextBytes != estimate.Bytes(pricecatalog.AudioOutputTokensPerSecond) {
+		t.Fatalf("the beta's audio: %d bytes", u.TextBytes)
+	}
+	r.Event([]byte(`{"type":"response.done","response":{"id":"resp_1","usage":{"input_tokens":7,"output_tokens":3}}}`))
+	if u, open := r.Unfinished(); open || u.TextBytes != 0 {
+		t.Fatalf("after its usage: %+v open %v", u, open)
 	}
 }
 
