@@ -297,8 +297,10 @@
 //
 //   - OpenAI chat completions: choices[].delta (streamed) or
 //     choices[].message: content, refusal, reasoning_content, reasoning,
-//     tool_calls[].function.arguments, function_call.arguments; legacy
-//     completions: choices[].text;
+//     tool_calls[].function.arguments, function_call.arguments, audio.transcript;
+//     legacy completions: choices[].text. A streamed answer in audio's
+//     choices[].delta.audio.data (base64 PCM16 at 24 kHz) is no text: its length is
+//     the audio's duration, AudioOutputMillis (64 characters a millisecond);
 //   - OpenAI Responses, streamed: the "delta" string of every response.*.delta
 //     event (output text, refusal, reasoning, function-call arguments...)
 //     but response.audio.delta, which is base64 audio; not streamed:

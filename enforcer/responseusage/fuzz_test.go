@@ -183,6 +183,10 @@ func FuzzExtractSSE(f *testing.F) {
 			"data: {\"type\":\"response.failed\",\"response\":{\"usage\":{\"input_tokens\":1}}}\n\n",
 		"data: {\"event_type\":\"interaction.completed\",\"interaction\":{\"usage\":{\"total_input_tokens\":1,\"total_output_tokens\":2}}}\r\n\r\n",
 		"data: {\"metadata\":{},\"usage\":{\"inputTokens\":1,\"outputTokens\":2}}\n\ndata: {\"type\":\"message_stop\"}{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}\n\n",
+		// Groq's x_groq.usage; a chat answer's audio (and Gemini's cached audio in one chunk).
+		"data: {\"object\":\"chat.completion.chunk\",\"x_groq\":{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}}\n\ndata: [DONE]\n\n",
+		"data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"audio\":{\"data\":\"AAAA\\/A==\",\"transcript\":\"a\"}}}]}\n\n" +
+			"data: {\"choices\":[{\"delta\":{\"audio\":{\"data\":\"AAAA\"}}}],\"usageMetadata\":{\"cacheTokensDetails\":[{\"modality\":\"AUDIO\",\"tokenCount\":3}]}}\n\n",
 	} {
 		f.Add([]byte(s), uint64(11))
 	}

@@ -70,7 +70,9 @@ type accumulator struct {
 	hasCost bool
 	// hasCachedAudio: a document reported the audio part of its cached count (Gemini's
 	// cacheTokensDetails), the largest of a stream's in cachedAudio: a field apart from
-	// u's counts, as docFields.cachedAudio is, for the Extractor's size class.
+	// u's counts, as docFields.cachedAudio is, for the Extractor's size class. In a chat
+	// completions stream (famChat), which reports no such count, cachedAudio sums its
+	// chunks' audio instead (docFields.cachedAudio: base64 characters; fill).
 	hasCachedAudio bool
 	// mapsGrounded: a Gemini document's grounding cited a Google Maps source
 	// (docFields.mapsGrounded), which bills the prompt once.
@@ -292,6 +294,9 @@ func (a *accumulator) applyEvent(d *docFields) {
 	a.noteTier(d, root)
 	switch fam {
 	case famChat:
+		if !d.hasCachedAudio {
+			a.cachedAudio = saturate.Add(a.cachedAudio, d.cachedAudio) // its answer's audio (see hasCachedAudio)
+		}
 		if u := &d.usage[rootTop]; u.obj {
 			a.u.merge(u)
 			a.final = a.final || (u.hasTok(tokPrompt) && u.hasTok(tokCompletion))
@@ -697,6 +702,12 @@ func (a *accumulator) fill(u *Usage) {
 		// The audio parts of the counts, where the shape reports them.
 		u.AudioInputTokens, u.AudioInputReported = a.u.get(tokAudioIn)
 		u.AudioOutputTokens, u.AudioOutputReported = a.u.get(tokAudioOut)
+	}
+	if a.fam == famChat && a.shape == shapeSSE && a.cachedAudio > 0 {
+		// A streamed answer in audio: its duration, 48 bytes of PCM16 at 24 kHz (64
+		// base64 characters) a millisecond, rounded up, from which an answer cut before
+		// its usage is estimated (as an answer in audio is: FormatAudio).
+		u.AudioOutputMillis = a.cachedAudio/64 + min(a.cachedAudio%64, 1)
 	}
 	if a.fam == famGemini && a.hasCachedAudio {
 		// The audio part of the cached count (cacheTokensDetails), never more than it: a

@@ -167,13 +167,38 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/outputs/[]/content/[]/thinking/[]/text":                        true,
 	}
 	for _, at := range []string{"delta", "message"} {
-		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments"} {
+		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments",
+			"audio/transcript"} {
 			t["/choices/[]/"+at+"/"+k] = true
 		}
 	}
 	return t, map[string]bool{"/content/[]/input": true, "/output/message/content/[]/toolUse/input": true,
 		"/candidates/[]/content/parts/[]/functionCall/args": true}
 }()
+
+// treeAudio adds up the lengths of a tree's strings at a streamed chat answer's audio
+// path (choices[].delta.audio.data: its base64).
+func treeAudio(v any, path string) int64 {
+	switch v := v.(type) {
+	case []member:
+		var n int64
+		for _, m := range v {
+			n += treeAudio(m.val, path+"/"+m.key)
+		}
+		return n
+	case []any:
+		var n int64
+		for _, e := range v {
+			n += treeAudio(e, path+"/[]")
+		}
+		return n
+	case string:
+		if path == "/choices/[]/delta/audio/data" {
+			return int64(len(v))
+		}
+	}
+	return 0
+}
 
 // treeText adds up the text of a tree: strings at text paths, raw values.
 func treeText(v any, path string) int64 {
@@ -988,6 +1013,10 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 	}
 	d.converse = d.converse || converse
 	oracleModalities(m, d, rootTop)
+	if !d.hasCachedAudio {
+		// A chat answer's audio, in the field Gemini's cached audio count takes.
+		d.cachedAudio = treeAudio(v, "")
+	}
 	oracleGroundingTools(m, d, rootTop)
 	oracleCacheDetails(m, d)
 	d.searches, d.pageActions = oracleWebSearchCalls(m, true)

@@ -147,6 +147,7 @@ const (
 	// choices[].message.audio.transcript, the text of what it says.
 	kAudio
 	kTranscript
+	kData // its audio's data (base64 PCM16, streamed: txAudio)
 	// OpenAI Responses: a Response's tool_usage.image_gen, its image generation tool's
 	// usage (imageToolTarget).
 	kToolUsage
@@ -421,6 +422,8 @@ func keyID(b []byte) uint8 {
 		return kAudio
 	case "transcript":
 		return kTranscript
+	case "data":
+		return kData
 	case "pages_processed":
 		return kPages
 	case "container_id":
@@ -672,6 +675,12 @@ type docFields struct {
 	// (TestExtractorSize): a slot takes 8 bytes in each of the four usageFields an
 	// Extractor holds (the three roots here, the accumulator's), where Gemini reports at
 	// the top level only; this field and the accumulator's take 16.
+	//
+	// In a chat completions chunk, which has no such count, it counts the base64
+	// characters of its answer's audio instead (choices[].delta.audio.data: txAudio),
+	// whose length is the audio's duration (accumulator.hasCachedAudio): a field of its
+	// own would take the Extractor past its size class. A document with both (none an
+	// API sends) keeps Gemini's count alone, whichever came first.
 	cachedAudio int64
 	cost        int64
 	upstream    int64
@@ -1125,6 +1134,9 @@ const (
 	txText        // a string: its decoded bytes go to text
 	txDelta       // a top-level "delta" string: its decoded bytes go to delta
 	txRaw         // an object or array: its raw bytes go to text
+	// txAudio: a streamed chat answer's audio (choices[].delta.audio.data, base64 of
+	// PCM16 at 24 kHz, as OpenAI streams it): its bytes go to audio.
+	txAudio
 )
 
 func (s *scanner) init(maxDepth int, stack []uint64, key, typ, obj []byte, models, tiers [nRoot][]byte, modelLimit uint16) {
@@ -1436,6 +1448,10 @@ func (s *scanner) stopText() {
 func (s *scanner) addText(n int64) {
 	if s.txt == txDelta {
 		s.doc.delta += n
+	} else if s.txt == txAudio {
+		if !s.doc.hasCachedAudio { // docFields.cachedAudio says why there; a Gemini count wins
+			s.doc.cachedAudio = saturate.Add(s.doc.cachedAudio, n)
+		}
 	} else {
 		s.doc.text += n
 	}
@@ -1734,7 +1750,7 @@ func (s *scanner) valueStart(c byte, at int) {
 			s.keyCap.reset()
 			s.str, s.capFor = &s.keyCap, keyCapFor(t.kind)
 		case tgNone:
-			if tx := s.textTarget(); tx == txText || tx == txDelta {
+			if tx := s.textTarget(); tx == txText || tx == txDelta || tx == txAudio {
 				s.txt = tx
 			}
 		}

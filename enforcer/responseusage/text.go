@@ -132,6 +132,13 @@ func (s *scanner) textTarget() uint8 {
 			}
 		}
 	case 5:
+		if k[0] == kChoices && k[1] == kArr && k[2] == kDelta && k[3] == kAudio && k[4] == kData {
+			// A streamed answer in audio: its base64 PCM16, whose length is its duration
+			// (Usage.AudioOutputMillis), from which a stream cut before its usage is
+			// estimated. Not streamed, its audio comes whole with the usage (and may be
+			// another format).
+			return txAudio
+		}
 		switch {
 		case isChoice(k) && k[3] == kFunctionCall && k[4] == kArguments,
 			// An answer in audio (modalities ["audio"]): its content stays null, its

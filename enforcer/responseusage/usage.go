@@ -196,7 +196,9 @@ type Usage struct {
 	AudioInputMillis int64
 	// AudioOutputMillis is the duration of the audio an answer in audio carried
 	// (Format FormatAudio), in milliseconds rounded up; 0 when its container is not one
-	// package audiolength reads.
+	// package audiolength reads. Of a streamed chat answer in audio (FormatOpenAIChatSSE:
+	// choices[].delta.audio.data, base64 PCM16 at 24 kHz), the duration its chunks
+	// carried, from which an answer cut before its usage is estimated.
 	AudioOutputMillis int64
 	// OCRPages is the pages an OCR model read (Mistral's usage_info.pages_processed;
 	// Format FormatMistralOCR), billed apiece; 0 for every other shape.

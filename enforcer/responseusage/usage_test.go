@@ -1854,7 +1854,8 @@ var extractorSink *Extractor
 // choices[].message.audio.transcript not, and leaves content null: the transcript is
 // its output text, so that an answer cut before its usage (a voice app's user
 // interrupts it) is estimated from it and not charged nothing (its audio's base64 data
-// is not text). Before 2026-12-02 such a stream counted 0 bytes.
+// is not text: its duration, TestChatAudioAnswerCountsItsAudio). Before 2026-12-02 such a
+// stream counted 0 bytes.
 func TestChatAudioAnswerCountsItsTranscript(t *testing.T) {
 	const transcript = "toll roads are paid "
 	var b strings.Builder
@@ -1874,6 +1875,34 @@ func TestChatAudioAnswerCountsItsTranscript(t *testing.T) {
 		`"audio":{"id":"audio_1","data":"UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQAAAAA","expires_at":1,"transcript":"` + transcript + `"}}}]`
 	if u := run(ctJSON, nil, Limits{}, [][]byte{[]byte(body)}, false); u.TextBytes != int64(len(transcript)) {
 		t.Fatalf("a cut audio chat answer counted %d bytes of output text, want its transcript's %d", u.TextBytes, len(transcript))
+	}
+}
+
+// TestChatAudioAnswerCountsItsAudio: a streamed chat answer in audio carries its audio as
+// base64 PCM16 at 24 kHz (choices[].delta.audio.data), 48 bytes, 64 characters, a
+// millisecond: its duration is AudioOutputMillis, in any chunking, from which an answer
+// cut before its usage is estimated (20 tokens a second, as an answer in audio is). Before,
+// only its transcript counted, some 200 tokens a minute of the 1,200 its audio bills.
+// The audio of a non-streamed answer (whole, with its usage; perhaps another format) is
+// not read, nor a data string elsewhere.
+func TestChatAudioAnswerCountsItsAudio(t *testing.T) {
+	second := strings.Repeat("AAAA", 16_000) // 48,000 bytes: a second
+	chunk := func(delta string) string {
+		return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-audio","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}],"usage":null}` + "\n\n"
+	}
+	body := chunk(`{"role":"assistant","content":null}`) + chunk(`{"audio":{"id":"audio_1","transcript":"Hi"}}`) +
+		chunk(`{"audio":{"data":"`+second+`"}}`) + chunk(`{"audio":{"data":"`+second[:100]+`"}}`) +
+		chunk(`{"data":"`+second+`","audio":{"id":"`+second+`"}}`)
+	for how, chunks := range map[string][][]byte{"whole": {[]byte(body)}, "byte by byte": bytewise([]byte(body))} {
+		u := run(ctSSE, nil, Limits{}, chunks, false) // cut: the client left
+		if u.AudioOutputMillis != 1_002 || u.TextBytes != 2 || u.OutputReported || u.Complete {
+			t.Fatalf("%s: a cut audio chat stream: %s, %d ms of audio, want 1,002 (1,000 and 100 characters' 2, rounded up)", how, show(u), u.AudioOutputMillis)
+		}
+	}
+	json := `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-audio","choices":[{"index":0,"message":{"role":"assistant","content":null,` +
+		`"audio":{"id":"audio_1","data":"` + second + `","expires_at":1,"transcript":"Hi"}}}]}`
+	if u := run(ctJSON, nil, Limits{}, [][]byte{[]byte(json)}, false); u.AudioOutputMillis != 0 {
+		t.Fatalf("a non-streamed answer's audio: %d ms", u.AudioOutputMillis)
 	}
 }
 
