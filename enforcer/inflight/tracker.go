@@ -799,8 +799,8 @@ func charge(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 	if item.UpstreamCostMicroUsd != nil {
 		return
 	}
-	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {
-		return // an error answer without usage: nothing was generated
+	if nothingGenerated(item, seen) {
+		return
 	}
 	estimated := false
 	// An estimated count has no known audio or image part: its split is unknown, and a
@@ -834,6 +834,16 @@ func charge(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 	}
 }
 
+// nothingGenerated tells whether the upstream's answer shows it generated nothing: an
+// error (4xx, 5xx) or a redirect (3xx: FastAPI's 307 to a path with its trailing slash,
+// which vLLM and LiteLLM send; the client follows it with a request of its own, charged
+// for itself) that reported no usage and carried no text. Such an answer is charged
+// nothing, where an answer that did not come (status 0) is charged its estimate: the
+// provider may have had the request.
+func nothingGenerated(item *internalv1.SettleItem, seen *Seen) bool {
+	return item.UpstreamStatus >= 300 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0
+}
+
 // guardrailUnits is u as a settlement carries it, nil when nothing was assessed.
 func guardrailUnits(u pricecatalog.GuardrailUnits) *internalv1.GuardrailUnits {
 	if u.IsZero() {
@@ -857,7 +867,7 @@ func guardrailEstimate(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 	if rd == nil || !rd.guardrail && rd.guardrailCheckBytes == 0 || item.GuardrailUnits != nil || seen.GuardrailReported {
 		return
 	}
-	if item.UpstreamStatus >= 400 && !seen.InputReported && !seen.OutputReported && seen.TextBytes == 0 {
+	if nothingGenerated(item, seen) {
 		return
 	}
 	// Each part at most half of int64's range, so that their sum cannot overflow.
