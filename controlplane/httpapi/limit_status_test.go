@@ -239,6 +239,41 @@ func TestUsageStatusCoverageCompleteInLaterPeriods(t *testing.T) {
 	}
 }
 
+// TestUsageStatusCoverageWhileSuspended: spec rules 13 and 14. A suspension is how an
+// operator lets a writer without durable tracking (a rollback, a legacy writer) charge
+// a member's counters, so no period is fully tracked while capture is suspended, not
+// even one that began after the suspend: its history is unknown, as it reads once
+// capture resumes (resume restarts trackingStartedAt). Before, such a period read
+// tracked_since_epoch and complete while suspended, and unknown after the resume.
+func TestUsageStatusCoverageWhileSuspended(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, owner, "bob", "member")
+	e.Clock.Set(time.Date(2026, 9, 28, 12, 0, 0, 0, time.UTC))
+	owner.User, bob.User = e.SignIn(t, owner.User), e.SignIn(t, bob.User)
+	e.Do(t, "POST", suspendPath, captureBody(bob.MemberID, 0, true), owner.As()...).Expect(t, http.StatusOK)
+	unknown := func(when string) {
+		t.Helper()
+		cov := getStatus(t, e, bob).Coverage
+		if cov["historicalCoverage"] != "unknown" || cov["historicalUnknownReason"] != "period_predates_tracking" ||
+			cov["complete"] != false {
+			t.Fatalf("%s: coverage %v, want unknown history (period_predates_tracking), not complete", when, cov)
+		}
+	}
+	unknown("at the suspend")
+	// Monday 2026-10-05 06:00Z: the day, the week and October all began after the
+	// suspend, while capture stayed suspended.
+	e.Clock.Set(time.Date(2026, 10, 5, 6, 0, 0, 0, time.UTC))
+	owner.User, bob.User = e.SignIn(t, owner.User), e.SignIn(t, bob.User) // the sessions expired
+	if cov := getStatus(t, e, bob).Coverage; cov["captureEnabled"] != false || cov["settlementReady"] != true {
+		t.Fatalf("suspended: coverage %v", cov)
+	}
+	unknown("periods begun during the suspension")
+	e.Do(t, "POST", resumePath, captureBody(bob.MemberID, 2, true), owner.As()...).Expect(t, http.StatusOK)
+	unknown("after the resume")
+}
+
 // TestUsageStatusAfterGuardRefusal: when the in-flight guard refuses a start, the status
 // read for the same member at the same instant says within_limit (settled spend is below
 // the allowance) and shows the reservation. So the enforcer's refusal carries

@@ -1214,7 +1214,7 @@ func (w *walk) compare() {
 // null before tracking starts (the member's first start) and then counts the starts not
 // settled; settlementReady is a tracking row with nothing pending; history is unknown
 // before tracking (tracking_not_started) and while any current window began before the
-// tracking epoch (period_predates_tracking); complete needs known history, no incomplete
+// tracking epoch or capture is suspended (period_predates_tracking); complete needs known history, no incomplete
 // receipt (the walk settles complete ones only) and settlementReady; lastSettlement* name
 // the latest settled receipt.
 func (w *walk) compareCoverage(p *person, cv map[string]any, pending int) {
@@ -1224,6 +1224,10 @@ func (w *walk) compareCoverage(p *person, cv map[string]any, pending int) {
 	switch {
 	case !tracked:
 		reason = "tracking_not_started"
+	case w.m.suspended[mid]:
+		// Nothing is tracked while capture is suspended: the next epoch begins at the
+		// resume, and every current period predates it.
+		reason = "period_predates_tracking"
 	default:
 		for _, tf := range modelTimeframes {
 			if start, _ := windowOf(tf, w.m.now); start.Before(epoch) {

@@ -274,8 +274,17 @@ func TestCoverageOf(t *testing.T) {
 				t.Fatalf("%+v", c)
 			}
 		}},
-		{"pending: not ready, not complete", &Tracking{Version: 1, CaptureEnabled: false, StartedAt: before, Pending: 3}, [3]Counter{}, func(t *testing.T, c Coverage) {
-			if c.SettlementReady || c.Complete || *c.PendingRequests != 3 || c.CaptureEnabled || c.HistoricalUnknownReason != nil {
+		{"pending: not ready, not complete", &Tracking{Version: 1, CaptureEnabled: true, StartedAt: before, Pending: 3}, [3]Counter{}, func(t *testing.T, c Coverage) {
+			if c.SettlementReady || c.Complete || *c.PendingRequests != 3 || !c.CaptureEnabled || c.HistoricalUnknownReason != nil {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		// Spec rules 13 and 14: while capture is suspended nothing is tracked, so periods
+		// that began after the suspend (trackingStartedAt) are not fully tracked either;
+		// resume restarts trackingStartedAt and they read as predating it then.
+		{"suspended: periods begun during the suspension are unknown", &Tracking{Version: 2, CaptureEnabled: false, StartedAt: before}, [3]Counter{}, func(t *testing.T, c Coverage) {
+			if c.CaptureEnabled || c.HistoricalCoverage != CoverageUnknown || c.HistoricalUnknownReason == nil ||
+				*c.HistoricalUnknownReason != ReasonPeriodPredatesTracking || c.Complete || !c.SettlementReady {
 				t.Fatalf("%+v", c)
 			}
 		}},

@@ -178,7 +178,13 @@ type Coverage struct {
 // member's current windows and counters. A period is historical-unknown when tracking
 // has not started, when it began before the tracking epoch (its early part may hold
 // untracked spend), or when its counter came from a legacy writer; the reasons are
-// checked in that order. settlementReady means only that nothing is pending;
+// checked in that order. While capture is suspended every current period reads as
+// beginning before the epoch (period_predates_tracking), a period that began during the
+// suspension too: the member's next epoch begins only when capture resumes (resume
+// restarts trackingStartedAt, after which that period predates it anyway), and a
+// suspension is how an operator lets a writer without durable tracking (a rollback, a
+// legacy writer) charge the counters meanwhile, so nothing in such a period is known
+// to be tracked. settlementReady means only that nothing is pending;
 // complete additionally needs known history and no incomplete receipt in the periods
 // shown (spec rule 13: "later fully tracked periods become complete only when no
 // pending or incomplete receipts remain"). So it reads the current counters' own
@@ -207,6 +213,9 @@ func CoverageOf(tr *Tracking, windows [3]window.Window, counters [3]Counter) Cov
 		c.UnpricedRequests = tr.Unpriced
 		c.IncompleteRequests = tr.Incomplete
 		c.EstimatedRequests = tr.Estimated
+		if !tr.CaptureEnabled {
+			reason = ReasonPeriodPredatesTracking // the next epoch begins at the resume
+		}
 		for _, w := range windows {
 			if w.Start.Before(tr.StartedAt) {
 				reason = ReasonPeriodPredatesTracking
