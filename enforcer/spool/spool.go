@@ -95,13 +95,20 @@ type Spool struct {
 	log  *slog.Logger
 	lock *os.File
 
-	mu    sync.Mutex
-	f     *os.File // the current segment; nil after Close
-	cur   uint64   // the current segment's number
-	segs  map[uint64]*segment
-	total int64  // bytes of every segment file
-	seq   uint64 // last sequence number used
-	dirty bool   // written since the last fsync
+	mu sync.Mutex
+	// f is the current segment: nil after Close (closed), or after a rotation that could
+	// not begin the next segment, until Append begins one (reopen).
+	f      *os.File
+	closed bool
+	// reopenAt is when Append may next try to begin a segment after a failed rotation,
+	// and tried the last number it tried (reopen).
+	reopenAt time.Time
+	tried    uint64
+	cur      uint64 // the current segment's number (the closed one after a failed rotation)
+	segs     map[uint64]*segment
+	total    int64  // bytes of every segment file
+	seq      uint64 // last sequence number used
+	dirty    bool   // written since the last fsync
 }
 
 type segment struct {
@@ -341,8 +348,11 @@ func (s *Spool) Append(item *internalv1.SettleItem) (Ref, bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.f == nil && !s.closed {
+		s.reopen()
+	}
 	if s.f == nil {
-		// Closed, or no segment could be begun after a failed rotation.
+		// Closed, or no segment could be begun after a failed rotation (yet).
 		s.m.SettleSpoolDropped.WithLabelValues("error").Inc()
 		return Ref{}, false
 	}
@@ -376,7 +386,13 @@ func (s *Spool) append(item *internalv1.SettleItem) (Ref, error) {
 	}
 	ref := Ref{seg: s.cur, seq: s.seq}
 	s.segs[s.cur].live++
-	return ref, s.maybeRotate()
+	if err := s.maybeRotate(); err != nil {
+		// The settlement is written whole: it is spooled, and acknowledged in its segment
+		// (ackClosed). Refused here, it was queued unspooled with its record left live on
+		// disk, never acknowledged, and its segment never deleted.
+		s.log.Warn("spool: could not begin a new segment", "error", err)
+	}
+	return ref, nil
 }
 
 // write appends one record to the current segment with a single write(2).
@@ -419,16 +435,43 @@ func (s *Spool) rotate() error {
 	err := errors.Join(s.f.Sync(), s.f.Close())
 	s.dirty = false
 	if err2 := s.openSegment(old + 1); err2 != nil {
-		s.f = nil // stays closed: Append counts every later settlement as an error
+		// None open: Append counts its settlements as errors, and tries again to begin
+		// one, at most once per reopenEvery (reopen).
+		s.f = nil
+		s.reopenAt = time.Now().Add(reopenEvery)
 		return errors.Join(err, err2)
 	}
 	s.dropIfDone(old)
 	return err
 }
 
+// reopenEvery is how often Append tries to begin a segment after a rotation failed to.
+const reopenEvery = time.Second
+
+// reopen begins a new segment after a rotation failed to (its cause may pass: a
+// process out of file descriptors under load, a full disk, an I/O error), when
+// reopenEvery has passed since the last try. Until 2026-12-07 the spool stayed without
+// a segment for the rest of the process: every later settlement was queued unspooled,
+// lost on a crash, whatever became of the cause. Each try takes a number of its own (a
+// file left under one that failed is read at the next Open all the same).
+func (s *Spool) reopen() {
+	now := time.Now()
+	if now.Before(s.reopenAt) {
+		return
+	}
+	s.reopenAt = now.Add(reopenEvery)
+	old := s.cur
+	s.tried = max(s.tried, s.cur+1) + 1
+	if err := s.openSegment(s.tried); err != nil {
+		return
+	}
+	s.log.Info("spool: a new segment is begun after a failed rotation; settlements are spooled again", "file", s.path(s.cur))
+	s.dropIfDone(old)
+}
+
 func (s *Spool) dropIfDone(n uint64) {
 	sg := s.segs[n]
-	if n == s.cur || sg == nil || sg.live > 0 {
+	if (n == s.cur && s.f != nil) || sg == nil || sg.live > 0 {
 		return
 	}
 	if err := os.Remove(s.path(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -448,12 +491,12 @@ func (s *Spool) Ack(ref Ref) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sg := s.segs[ref.seg]
-	if s.f == nil || sg == nil {
+	if s.closed || sg == nil {
 		return
 	}
 	sg.live--
 	switch {
-	case ref.seg == s.cur:
+	case ref.seg == s.cur && s.f != nil:
 		if err := s.write(kindAck, ref.seq, nil); err != nil {
 			// Only costs a duplicate after a crash.
 			s.log.Warn("spool: could not record an acknowledgement", "error", err)
@@ -524,6 +567,7 @@ func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
+	s.closed = true
 	if s.f != nil {
 		err = errors.Join(s.f.Sync(), s.f.Close())
 		s.f = nil

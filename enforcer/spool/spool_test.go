@@ -390,3 +390,62 @@ func TestKilledBeforeTheCompactionsRenameLeavesTheOldSegments(t *testing.T) {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }
+
+// A rotation that cannot begin the next segment (here a directory is in its way; in
+// production a process out of file descriptors, a full disk) leaves the spool without
+// a segment only until a later Append can begin one: the settlements after that are
+// spooled again and survive a crash, and what the failed rotation's segment holds is
+// acknowledged and replayed as usual. Before, the spool stayed without a segment for
+// the rest of the process, every later settlement unspooled.
+func TestSpoolBeginsASegmentAgainAfterAFailedRotation(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 1 << 10}
+	s, _, m := open(t, cfg)
+	first := segments(t, dir)
+	if len(first) != 1 {
+		t.Fatalf("segments at start: %v", first)
+	}
+	var n uint64
+	if _, err := fmt.Sscanf(filepath.Base(first[0]), "settle-%016x.spool", &n); err != nil {
+		t.Fatal(err)
+	}
+	obstacle := filepath.Join(dir, fmt.Sprintf("settle-%016x.spool", n+1))
+	if err := os.Mkdir(obstacle, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the first segment until its rotation fails.
+	var kept []spool.Ref
+	for i := 0; ; i++ {
+		if i > 100 {
+			t.Fatal("the segment never rotated")
+		}
+		ref, ok := s.Append(item(fmt.Sprintf("req_%03d", i)))
+		if !ok {
+			break // no segment to write to: the rotation failed
+		}
+		kept = append(kept, ref)
+	}
+	if got := testutil.ToFloat64(m.SettleSpoolDropped.WithLabelValues("error")); got != 1 {
+		t.Fatalf("dropped (error) %v after the failed rotation, want 1", got)
+	}
+	// The cause passes.
+	if err := os.Remove(obstacle); err != nil {
+		t.Fatal(err)
+	}
+	s.ReopenNow()
+	if _, ok := s.Append(item("req_later")); !ok {
+		t.Fatal("a settlement after the failed rotation's cause passed is not spooled")
+	}
+	// The first segment's settlements are all answered but one: it stays, with its
+	// acknowledgements; the later one is unanswered. The process crashes (Close only
+	// syncs, and lets the lock go as the kernel would).
+	for _, r := range kept[1:] {
+		s.Ack(r)
+	}
+	s.Close()
+	s2, pending, _ := open(t, cfg)
+	defer s2.Close()
+	if got, want := ids(pending), []string{"req_000", "req_later"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
+	}
+}
