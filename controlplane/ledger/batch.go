@@ -194,8 +194,9 @@ type batchKind[I comparable, R any] struct {
 	name string // "start" or "settle": transaction and metric label
 	// write is one attempt at the batch inside its transaction; it may run more than once.
 	// It sends its reads through tx and returns its writes queued in a batch, which is
-	// sent with the COMMIT.
-	write func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[I, R], now time.Time) (attempt[I, R], error)
+	// sent with the COMMIT. unheard: an earlier attempt lost its connection, perhaps after
+	// its COMMIT went through, so this one may find the batch's own writes done.
+	write func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[I, R], now time.Time, unheard bool) (attempt[I, R], error)
 	// again, when set, is the kind that commits the items an attempt left unanswered.
 	again *batchKind[I, R]
 	// waitMirror: answer only after the Redis records are written.
@@ -241,10 +242,13 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 	began := time.Now()
 	now := l.clock.Now()
 	var a attempt[I, R]
+	runs := 0 // inTx runs the batch again only after it lost its connection
 	err := l.inTx(ctx, k.name, func() error {
+		runs++
+		unheard := runs > 1
 		return l.store.InPipelinedTx(ctx, func(tx *store.PipelinedTx) (*pgx.Batch, error) {
 			var err error
-			a, err = k.write(ctx, tx, jobs, now)
+			a, err = k.write(ctx, tx, jobs, now, unheard)
 			return a.writes, err
 		})
 	})

@@ -447,7 +447,8 @@ var settleOutcomes = map[accounting.Outcome]internalv1.SettleOutcome{
 // settlement that creates its request's event from its snapshot is followed by the
 // report of the same request quarantined earlier without a snapshot, if any, decided as
 // a later report (lateReports).
-func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time) (attempt[*settleJob, *internalv1.SettleResult], error) {
+func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*settleJob, *internalv1.SettleResult], now time.Time,
+	unheard bool) (attempt[*settleJob, *internalv1.SettleResult], error) {
 	var none attempt[*settleJob, *internalv1.SettleResult]
 	var ids []string
 	var events []store.SettleEvent
@@ -523,6 +524,17 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 		members: map[string]*store.TrackingDelta{}, bump: map[string]bool{}}
 	for m := range state.CreatedTracking {
 		s.bump[m] = true
+	}
+	if unheard {
+		// An earlier attempt of this batch lost its connection, perhaps once its COMMIT
+		// had gone through: its settlements are then done, answered duplicate here, and
+		// move no spend, so nothing below would write their members' records, and the
+		// mirror would keep the spend from before them (a member whose settlement crossed
+		// a hard limit admitted) until the member's next settlement. Every member of the
+		// batch is written again, from what Postgres has.
+		for _, st := range read.Starts {
+			s.bump[st.MemberID] = true
+		}
 	}
 	receipts := state.Receipts
 	// settleOne decides the report sj of a request against its start st and the receipt

@@ -101,7 +101,7 @@ func (l *Ledger) runStarts(ctx context.Context, jobs []*job[*startJob, *internal
 func (l *Ledger) startKind(fast bool) batchKind[*startJob, *internalv1.StartResult] {
 	k := batchKind[*startJob, *internalv1.StartResult]{
 		name: "start",
-		write: func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time) (attempt[*startJob, *internalv1.StartResult], error) {
+		write: func(ctx context.Context, tx *store.PipelinedTx, jobs []*job[*startJob, *internalv1.StartResult], now time.Time, _ bool) (attempt[*startJob, *internalv1.StartResult], error) {
 			first, rows := uniqueStarts(jobs)
 			if fast && !anyGuarded(rows) {
 				if known, ok := l.fences.all(rows); ok {
