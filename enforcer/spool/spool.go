@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
@@ -109,6 +110,11 @@ type Spool struct {
 	total    int64  // bytes of every segment file
 	seq      uint64 // last sequence number used
 	dirty    bool   // written since the last fsync
+	// writeFailed and ackFailed throttle the lines of failures that repeat for every
+	// settlement and every acknowledgement while their cause lasts (a full disk: the
+	// emptyDir shares the node's disk with the containers' logs, which a line per
+	// settlement would fill all the faster); the metrics count each one.
+	writeFailed, ackFailed logging.Throttle
 }
 
 type segment struct {
@@ -363,7 +369,8 @@ func (s *Spool) Append(item *internalv1.SettleItem) (Ref, bool) {
 		return Ref{}, false
 	case err != nil:
 		s.m.SettleSpoolDropped.WithLabelValues("error").Inc()
-		s.log.Error("spool: write failed; the settlement is queued but would be lost on a crash", "request_id", item.GetRequestId(), "error", err)
+		s.writeFailed.Log(s.log, slog.LevelError, "spool: write failed; the settlement is queued but would be lost on a crash",
+			"request_id", item.GetRequestId(), "error", err)
 		return Ref{}, false
 	}
 	s.setBytes()
@@ -390,7 +397,7 @@ func (s *Spool) append(item *internalv1.SettleItem) (Ref, error) {
 		// The settlement is written whole: it is spooled, and acknowledged in its segment
 		// (ackClosed). Refused here, it was queued unspooled with its record left live on
 		// disk, never acknowledged, and its segment never deleted.
-		s.log.Warn("spool: could not begin a new segment", "error", err)
+		s.writeFailed.Log(s.log, slog.LevelWarn, "spool: could not begin a new segment", "error", err)
 	}
 	return ref, nil
 }
@@ -499,10 +506,10 @@ func (s *Spool) Ack(ref Ref) {
 	case ref.seg == s.cur && s.f != nil:
 		if err := s.write(kindAck, ref.seq, nil); err != nil {
 			// Only costs a duplicate after a crash.
-			s.log.Warn("spool: could not record an acknowledgement", "error", err)
+			s.ackFailed.Log(s.log, slog.LevelWarn, "spool: could not record an acknowledgement", "error", err)
 		}
 		if err := s.maybeRotate(); err != nil {
-			s.log.Warn("spool: could not begin a new segment", "error", err)
+			s.ackFailed.Log(s.log, slog.LevelWarn, "spool: could not begin a new segment", "error", err)
 		}
 	case sg.live == 0:
 		// The whole segment goes: no acknowledgement record needed.
@@ -514,7 +521,7 @@ func (s *Spool) Ack(ref Ref) {
 		// kept elsewhere would go with it (the settlement coming back at the next Open).
 		if err := s.ackClosed(ref); err != nil {
 			// Only costs a duplicate after a crash.
-			s.log.Warn("spool: could not record an acknowledgement", "file", s.path(ref.seg), "error", err)
+			s.ackFailed.Log(s.log, slog.LevelWarn, "spool: could not record an acknowledgement", "file", s.path(ref.seg), "error", err)
 		}
 	}
 	s.setBytes()

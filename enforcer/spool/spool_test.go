@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -447,5 +448,66 @@ func TestSpoolBeginsASegmentAgainAfterAFailedRotation(t *testing.T) {
 	defer s2.Close()
 	if got, want := ids(pending), []string{"req_000", "req_later"}; !slices.Equal(got, want) {
 		t.Fatalf("pending %v, want %v", got, want)
+	}
+}
+
+// A full disk fails every write while it lasts: each settlement and each
+// acknowledgement is counted, and the line saying so is written once per interval (with
+// how many were left out), not once per settlement: the spool's emptyDir shares the
+// node's disk with the containers' logs, which thousands of lines a second would fill
+// all the faster. The disk is made full for this process with its file size limit
+// (RLIMIT_FSIZE: writes past it fail with EFBIG; Go ignores SIGXFSZ).
+func TestFullDiskIsLoggedOncePerInterval(t *testing.T) {
+	var logs bytes.Buffer
+	m := metrics.Discard()
+	s, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, m, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var refs []spool.Ref
+	for i := range 5 {
+		ref, ok := s.Append(item(fmt.Sprintf("req_%d", i)))
+		if !ok {
+			t.Fatal("append before the disk is full failed")
+		}
+		refs = append(refs, ref)
+	}
+	var limit syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 0, Max: limit.Max}); err != nil {
+		t.Skipf("cannot lower the file size limit: %v", err)
+	}
+	const n = 100
+	spooled := 0
+	for i := range n {
+		if _, ok := s.Append(item(fmt.Sprintf("req_full_%d", i))); ok {
+			spooled++
+		}
+	}
+	for _, r := range refs {
+		s.Ack(r)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if spooled != 0 {
+		t.Fatalf("%d settlements spooled on a full disk", spooled)
+	}
+	if got := testutil.ToFloat64(m.SettleSpoolDropped.WithLabelValues("error")); got != n {
+		t.Fatalf("dropped (error) %v, want %d", got, n)
+	}
+	out := logs.String()
+	if got := strings.Count(out, "spool: write failed"); got != 1 {
+		t.Fatalf("%d write failure lines for %d settlements, want 1:\n%s", got, n, out)
+	}
+	if got := strings.Count(out, "could not record an acknowledgement"); got != 1 {
+		t.Fatalf("%d acknowledgement failure lines for %d acknowledgements, want 1:\n%s", got, len(refs), out)
+	}
+	// Room again: settlements are spooled again.
+	if _, ok := s.Append(item("req_after")); !ok {
+		t.Fatal("no settlement spooled once the disk had room again")
 	}
 }
