@@ -1,10 +1,13 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
@@ -210,5 +213,80 @@ func TestSubmitResetRequestWhileRemoved(t *testing.T) {
 		if n := count(t, e, "usage_reset_requests r JOIN members m ON m.id = r.member_id", "m.removed_at IS NOT NULL AND r.status = 'pending'"); n != 0 {
 			t.Fatalf("round %d: %d pending extension requests of removed members", round, n)
 		}
+	}
+}
+
+// holdOrganization locks the organization's row (as member role changes and removals do)
+// until the returned transaction ends; statements of the test run in it.
+func holdOrganization(t *testing.T, e *apitest.Env, orgID string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.Store.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE`, orgID); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// A role change or removal acts with the authority its caller holds when it runs, not
+// the one they held when their request was admitted: an owner demoted (or removed) while
+// their request waits for the organization's lock can no longer make someone an owner,
+// remove a member or change a role. Before, the role read at authentication was trusted,
+// so a demoted owner's request in flight promoted an accomplice to owner, and a removed
+// owner's removed a member.
+func TestMemberChangesUseTheCallersRoleAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	cases := []struct {
+		name      string
+		demote    string // what happens to the caller meanwhile
+		request   func(caller, target apitest.Member) *apitest.Resp
+		status    int
+		code      string
+		unchanged string // a count(*) of members that must stay 1
+	}{
+		{"demoted owner promotes", `UPDATE members SET role = 'admin' WHERE id = $1`,
+			func(caller, target apitest.Member) *apitest.Resp {
+				return e.Do(t, "PATCH", "/v1/members/"+target.MemberID, map[string]string{"role": "owner"}, caller.As()...)
+			}, http.StatusForbidden, "forbidden", "id = $1 AND role = 'member'"},
+		{"demoted admin changes a role", `UPDATE members SET role = 'member' WHERE id = $1`,
+			func(caller, target apitest.Member) *apitest.Resp {
+				return e.Do(t, "PATCH", "/v1/members/"+target.MemberID, map[string]string{"role": "admin"}, caller.As()...)
+			}, http.StatusForbidden, "forbidden", "id = $1 AND role = 'member'"},
+		{"removed owner removes", `UPDATE members SET removed_at = now() WHERE id = $1`,
+			func(caller, target apitest.Member) *apitest.Resp {
+				return e.Do(t, "DELETE", "/v1/members/"+target.MemberID, nil, caller.As()...)
+			}, http.StatusNotFound, "organization_not_found", "id = $1 AND removed_at IS NULL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.NewOrg(t, "Acme")
+			b := e.AddMember(t, a, "bob", "admin")
+			e.Do(t, "PATCH", "/v1/members/"+b.MemberID, map[string]string{"role": "owner"}, a.As()...).Expect(t, http.StatusOK)
+			target := e.AddMember(t, a, "cat", "member")
+
+			hold := holdOrganization(t, e, a.OrgID)
+			answered := make(chan *apitest.Resp, 1)
+			go func() { answered <- tc.request(b, target) }()
+			awaitLockWaits(t, e, 1)
+			if _, err := hold.Exec(ctx, tc.demote, b.MemberID); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-answered
+			if r.Status != tc.status || r.JSON(t)["error"] != tc.code {
+				t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, tc.status, tc.code)
+			}
+			if n := count(t, e, "members", tc.unchanged, target.MemberID); n != 1 {
+				t.Fatal("the target was changed")
+			}
+		})
 	}
 }

@@ -46,6 +46,7 @@ func (s *Server) listMembers(c *Call) error {
 // targetMember reads the member named in the path, locked for the transaction. The
 // organization is locked first: a change of an owner locks every owner (CountOwners),
 // and two changes each holding their own target could otherwise wait on each other's.
+// Under that lock the caller's own membership is read again (callerUnderLock).
 func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 	id, err := c.pathID("memberId", typeid.Member)
 	if err != nil {
@@ -54,11 +55,37 @@ func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 	if err := store.LockOrganization(c.Ctx, tx, c.OrgID()); err != nil {
 		return store.Member{}, err
 	}
+	if err := c.callerUnderLock(tx); err != nil {
+		return store.Member{}, err
+	}
 	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), id, store.ForNoKeyUpdate)
 	if errors.Is(err, store.ErrNotFound) {
 		return m, errMemberNotFound()
 	}
 	return m, err
+}
+
+// callerUnderLock reads the caller's membership again once the organization is locked,
+// and holds them to the role they have now. Authentication read it before, unlocked;
+// every role change and removal takes the organization's lock first (targetMember), so
+// one may have committed in between, and what is read now is what holds until this
+// transaction ends. Without it, an owner demoted (or removed) while their request waited
+// for the lock still made someone an owner, changed roles or removed members with the
+// authority they had just lost. A removed caller is refused as at authentication, a
+// caller no longer a manager as by the route's roles.
+func (c *Call) callerUnderLock(tx pgx.Tx) error {
+	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), c.Member.ID, store.NoLock)
+	if errors.Is(err, store.ErrNotFound) {
+		return errOrgNotFound()
+	}
+	if err != nil {
+		return err
+	}
+	if !IsManager(m.Role) {
+		return fault.Forbiddenf("Your role in this organization does not allow this action.")
+	}
+	c.Member.Role = m.Role
+	return nil
 }
 
 // lockCaller reads the caller's membership again inside tx, FOR SHARE, for a handler
