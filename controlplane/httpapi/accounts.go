@@ -43,7 +43,7 @@ func (s *Server) signUp(c *Call) error {
 	} else if n := utf8.RuneCountInString(*in.Password); n < password.MinLength || n > maxPasswordLength {
 		p.Add("must be 12 to 1024 characters", "password")
 	}
-	name := trimmedText(&p, in.Name, 1, 255, "name")
+	name := nameText(&p, in.Name, 1, 255, "name")
 	if err := p.Err(); err != nil {
 		return err
 	}

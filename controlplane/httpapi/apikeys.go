@@ -27,7 +27,7 @@ func (s *Server) createAPIKey(c *Call) error {
 		return err
 	}
 	var p fault.Problems
-	name := trimmedText(&p, in.Name, 1, 120, "name")
+	name := nameText(&p, in.Name, 1, 120, "name")
 	if in.ExpiresInDays != nil && (*in.ExpiresInDays < 1 || *in.ExpiresInDays > 3650) {
 		p.Add("must be 1 to 3650", "expiresInDays")
 	}

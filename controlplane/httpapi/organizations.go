@@ -27,7 +27,7 @@ func (s *Server) createOrganization(c *Call) error {
 		return err
 	}
 	var p fault.Problems
-	name := trimmedText(&p, in.Name, 1, 120, "name")
+	name := nameText(&p, in.Name, 1, 120, "name")
 	explicitSlug := in.Slug != nil
 	slug := ""
 	if explicitSlug {

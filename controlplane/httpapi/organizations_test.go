@@ -463,3 +463,63 @@ func TestAPIKeysPerMemberAreCapped(t *testing.T) {
 		t.Errorf("bob holds %d live keys, want %d", n, limit)
 	}
 }
+
+// Names are stored composed (NFC): a team name sent with a combining accent is the same
+// name as the one sent precomposed, so it is taken (409 team_name_taken) as its
+// upper-case form is, and it is answered composed. Before, "Café" and "Cafe\u0301",
+// which look alike everywhere, were two teams of one organization. Names of users,
+// organizations, teams and API keys holding control characters or bidirectional
+// overrides are 400 invalid_request at name, and nothing is written: before, a team
+// could be called "a\nb" or "\u202egnp.exe".
+func TestNamesAreComposedAndPrintable(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+
+	var team struct{ Name string }
+	e.Do(t, "POST", "/v1/teams", map[string]string{"name": "Cafe\u0301 crew"}, o.As()...).Expect(t, http.StatusCreated).Decode(t, &team)
+	if team.Name != "Caf\u00e9 crew" {
+		t.Fatalf("team name %q, want it composed", team.Name)
+	}
+	for _, name := range []string{"Caf\u00e9 crew", "Cafe\u0301 crew", "CAFE\u0301 CREW", " Caf\u00e9 crew "} {
+		e.Do(t, "POST", "/v1/teams", map[string]string{"name": name}, o.As()...).ExpectError(t, http.StatusConflict, "team_name_taken")
+	}
+
+	writes := []struct {
+		route string
+		do    func(name string) *apitest.Resp
+	}{
+		{"sign-up", func(name string) *apitest.Resp {
+			return e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": "new@example.test", "password": apitest.Password, "name": name})
+		}},
+		{"organization", func(name string) *apitest.Resp {
+			return e.Do(t, "POST", "/v1/organizations", map[string]string{"name": name}, apitest.Session(o.Token))
+		}},
+		{"team", func(name string) *apitest.Resp {
+			return e.Do(t, "POST", "/v1/teams", map[string]string{"name": name}, o.As()...)
+		}},
+		{"api key", func(name string) *apitest.Resp {
+			return e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": name}, o.As()...)
+		}},
+	}
+	rows := func() int {
+		return count(t, e, "users", "true") + count(t, e, "organizations", "true") + count(t, e, "teams", "true") + count(t, e, "api_keys", "true")
+	}
+	before := rows()
+	for _, w := range writes {
+		for _, name := range []string{"a\nb", "tab\there", "bell\x07", "esc\x1b[31m", "x\u0085y", "\u202egnp.exe", "a\u2066b\u2069", "\u202ax"} {
+			body := w.do(name).ExpectError(t, http.StatusBadRequest, "invalid_request")
+			details, _ := body["details"].([]any)
+			if len(details) != 1 || fmt.Sprint(details[0].(map[string]any)["path"]) != "[name]" {
+				t.Errorf("%s %q: details %v, want one at name", w.route, name, body["details"])
+			}
+		}
+	}
+	if after := rows(); after != before {
+		t.Fatalf("refused names wrote %d rows", after-before)
+	}
+	// What stays accepted: letters of any script, emoji joined by U+200D, inner spaces.
+	for _, w := range writes[1:] {
+		w.do("Équipe 東京 \U0001F468\u200d\U0001F469\u200d\U0001F467 "+w.route).Expect(t, http.StatusCreated)
+	}
+}

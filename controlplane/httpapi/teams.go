@@ -20,7 +20,7 @@ func (s *Server) createTeam(c *Call) error {
 		return err
 	}
 	var p fault.Problems
-	name := trimmedText(&p, in.Name, 1, 120, "name")
+	name := nameText(&p, in.Name, 1, 120, "name")
 	if err := p.Err(); err != nil {
 		return err
 	}

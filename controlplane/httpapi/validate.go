@@ -4,7 +4,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -21,6 +24,35 @@ func trimmedText(p *fault.Problems, s *string, minLen, maxLen int, path ...any) 
 		p.Add(lengthMessage(minLen, maxLen), path...)
 	}
 	return v
+}
+
+// nameText is trimmedText for the names people give users, organizations, teams and API
+// keys. The name is put in Unicode's composed form (NFC) first, so that one name typed
+// two ways ("é" as one character, or "e" and a combining accent) is one name: a team's
+// is unique in its organization (team_name_taken), and the two forms look the same in
+// every list. A name holding control characters (line breaks, tabs, terminal escapes) or
+// the bidirectional overrides and isolates that make text display as other text
+// (U+202A to U+202E, U+2066 to U+2069) is refused: a name is shown to others, in lists,
+// audit trails and logs, where such characters forge lines or hide what it says.
+func nameText(p *fault.Problems, s *string, minLen, maxLen int, path ...any) string {
+	if s == nil {
+		return trimmedText(p, s, minLen, maxLen, path...)
+	}
+	composed := norm.NFC.String(*s)
+	before := len(*p)
+	v := trimmedText(p, &composed, minLen, maxLen, path...)
+	if len(*p) == before && strings.ContainsFunc(v, unsafeInName) {
+		p.Add(nameCharactersMessage, path...)
+	}
+	return v
+}
+
+// nameCharactersMessage is the detail of a name nameText refuses for its characters.
+const nameCharactersMessage = "must not contain control characters or bidirectional overrides"
+
+// unsafeInName tells the characters nameText refuses.
+func unsafeInName(r rune) bool {
+	return unicode.IsControl(r) || (r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069')
 }
 
 func lengthMessage(minLen, maxLen int) string {
