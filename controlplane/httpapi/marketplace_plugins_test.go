@@ -639,3 +639,51 @@ func TestListMarketplacePlugins(t *testing.T) {
 	e.Do(t, "GET", "/v1/marketplaces/"+mkt+"/plugins", nil, stranger.As()...).ExpectError(t, http.StatusNotFound, "marketplace_not_found")
 	e.Do(t, "GET", "/v1/marketplaces/nope/plugins", nil, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 }
+
+// TestPluginChangesWaitForAccessChange: a member who may change or delete a plugin only
+// through their grants reads their rank under the shared locks of the marketplaces the
+// plugin is in, as adds and removals do (TestPluginWritesWaitForAccessChange). A change
+// or deletion sent while a replacement of the access list that revokes their grant is
+// under way waits for it and is refused; before, it was answered from the grant being
+// revoked, and could commit after the revocation.
+func TestPluginChangesWaitForAccessChange(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	curator := e.AddMember(t, owner, "cora", "member")
+	mkt := newMarketplace(t, e, owner, "Engineering")
+	setGrants(t, e, owner, mkt, memberGrant(curator, "manager"))
+	changed, deleted := newPlugin(t, e, owner, "Search"), newPlugin(t, e, owner, "Lint")
+	for _, plg := range []string{changed, deleted} {
+		addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, curator.As()...).Expect(t, http.StatusCreated)
+	}
+
+	ctx := context.Background()
+	tx, err := e.Store.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	// What marketplace.ReplaceAccess does: lock, then write the new list (empty).
+	if err := store.LockMarketplace(ctx, tx, owner.OrgID, mkt); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ReplaceGrants(ctx, tx, mkt, nil); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan *apitest.Resp, 2)
+	go func() {
+		answers <- e.Do(t, "PATCH", "/v1/plugins/"+changed, map[string]any{"name": "Renamed"}, curator.As()...)
+	}()
+	go func() { answers <- e.Do(t, "DELETE", "/v1/plugins/"+deleted, nil, curator.As()...) }()
+	awaitLockWaits(t, e, 2)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		(<-answers).ExpectError(t, http.StatusForbidden, "forbidden")
+	}
+	if n := count(t, e, "plugins", "id = ANY($1) AND name IN ('Search', 'Lint') AND status = 'active'", []string{changed, deleted}); n != 2 {
+		t.Fatalf("%d plugins unchanged, want both", n)
+	}
+}

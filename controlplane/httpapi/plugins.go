@@ -251,12 +251,19 @@ func (s *Server) getPlugin(c *Call) error {
 
 // pluginRank is the caller's rank on a plugin: manager for owners and admins, else the
 // lowest rank they hold on the marketplaces the plugin is currently in (none when it is
-// in none).
-func (c *Call) pluginRank(q store.Querier, pluginID string) (int, error) {
+// in none). A rank from grants is read under the shared locks of those marketplaces, as
+// the writes of a marketplace's plugins read theirs (marketplace.ForPluginWrite): a
+// replacement of a marketplace's grants under way is waited for, and one begun later
+// waits for this transaction, so a change or deletion of the plugin is never answered,
+// nor committed, from a grant whose revocation began.
+func (c *Call) pluginRank(tx pgx.Tx, pluginID string) (int, error) {
 	if IsManager(c.Member.Role) {
 		return store.RankManager, nil
 	}
-	return store.PluginRank(c.Ctx, q, pluginID, c.Member.ID)
+	if err := store.SharePluginMarketplaces(c.Ctx, tx, pluginID); err != nil {
+		return store.RankNone, err
+	}
+	return store.PluginRank(c.Ctx, tx, pluginID, c.Member.ID)
 }
 
 func (s *Server) updatePlugin(c *Call) error {

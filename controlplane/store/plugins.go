@@ -297,6 +297,17 @@ func ShareMarketplace(ctx context.Context, q Querier, orgID, id string) error {
 	return err
 }
 
+// SharePluginMarketplaces takes the shared row lock (ShareMarketplace) of every
+// marketplace a plugin is currently in, in id order, for a member's change of the plugin
+// that their ranks there allow (PluginRank, read next). The caller holds the plugin's row
+// lock (FOR UPDATE), which keeps adds of the plugin to other marketplaces out meanwhile.
+func SharePluginMarketplaces(ctx context.Context, q Querier, pluginID string) error {
+	_, err := q.Exec(ctx, `SELECT 1 FROM marketplaces m WHERE m.id IN (
+			SELECT mp.marketplace_id FROM marketplace_plugins mp WHERE mp.plugin_id = $1 AND mp.removed_at IS NULL)
+		ORDER BY m.id FOR SHARE OF m`, pluginID)
+	return err
+}
+
 // TouchMarketplace records a change of a marketplace.
 func TouchMarketplace(ctx context.Context, q Querier, id string, now time.Time) error {
 	_, err := q.Exec(ctx, `UPDATE marketplaces SET updated_at = $2 WHERE id = $1`, id, now)
