@@ -157,7 +157,15 @@ func (s *Server) setMarketplaceAccess(c *Call) error {
 	}
 	var view marketplaceView
 	err = c.Tx(func(tx pgx.Tx) error {
-		m, err := marketplace.ReplaceAccess(c.Ctx, tx, c.OrgID(), id, c.viewer(), grants, c.now, c.requireFreshAuth)
+		// The caller's rank is read under the marketplace's lock, from their role and
+		// grants as they are then (refreshCaller).
+		viewer := func() (store.Viewer, error) {
+			if err := c.refreshCaller(tx, store.ForShare); err != nil {
+				return store.Viewer{}, err
+			}
+			return c.viewer(), nil
+		}
+		m, err := marketplace.ReplaceAccess(c.Ctx, tx, c.OrgID(), id, viewer, grants, c.now, c.requireFreshAuth)
 		if err != nil {
 			return err
 		}

@@ -290,3 +290,74 @@ func TestMemberChangesUseTheCallersRoleAtTheirTime(t *testing.T) {
 		})
 	}
 }
+
+// The writes that give lasting access, replacing a marketplace's grants and adding a
+// member to a team (whose grants and usage-limit policies then reach them), act with
+// the authority their caller holds when they run. An admin demoted to member, or
+// removed, while the write waited for its marketplace's or team's lock is refused:
+// before, the role read at authentication was trusted, and a demoted admin's request in
+// flight gave an accomplice a marketplace's manager rank or a place in a team, which
+// outlived the demotion.
+func TestAccessWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	o := e.NewOrg(t, "Acme")
+	accomplice := e.AddMember(t, o, "acco", "member")
+	mkt := newMarketplace(t, e, o, "Engineering")
+	team := createTeam(t, e, o, "Research")
+	changes := []struct {
+		name   string
+		sql    string // what happens to the caller meanwhile
+		status int
+		code   string
+	}{
+		{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
+		{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
+	}
+	writes := []struct {
+		name    string
+		lock    string // a lock the write waits for, after its caller was authenticated
+		request func(admin apitest.Member) *apitest.Resp
+		wrote   string // a count(*) of the rows it would have written
+	}{
+		{"marketplace access", `SELECT 1 FROM marketplaces WHERE id = '` + mkt + `' FOR UPDATE`, func(admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "PUT", "/v1/marketplaces/"+mkt+"/access",
+				map[string]any{"grants": []map[string]any{memberGrant(accomplice, "manager")}}, admin.As()...)
+		}, "marketplace_grants"},
+		{"team member", `SELECT 1 FROM teams WHERE id = '` + team + `' FOR UPDATE`, func(admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "POST", "/v1/teams/"+team+"/members", map[string]string{"memberId": accomplice.MemberID}, admin.As()...)
+		}, "team_members"},
+	}
+	for _, ch := range changes {
+		for _, w := range writes {
+			t.Run(ch.name+" "+w.name, func(t *testing.T) {
+				admin := e.AddMember(t, o, "adam", "admin")
+				hold, err := e.Store.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer hold.Rollback(ctx) //nolint:errcheck
+				if _, err := hold.Exec(ctx, w.lock); err != nil {
+					t.Fatal(err)
+				}
+				answered := make(chan *apitest.Resp, 1)
+				go func() { answered <- w.request(admin) }()
+				awaitLockWaits(t, e, 1)
+				if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+					t.Fatal(err)
+				}
+				if err := hold.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r := <-answered
+				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
+					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
+				}
+				if n := count(t, e, w.wrote, "member_id = $1", accomplice.MemberID); n != 0 {
+					t.Fatalf("%d rows of %s written for the accomplice", n, w.wrote)
+				}
+			})
+		}
+	}
+}

@@ -71,20 +71,38 @@ func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 // one may have committed in between, and what is read now is what holds until this
 // transaction ends. Without it, an owner demoted (or removed) while their request waited
 // for the lock still made someone an owner, changed roles or removed members with the
-// authority they had just lost. A removed caller is refused as at authentication, a
-// caller no longer a manager as by the route's roles.
+// authority they had just lost.
 func (c *Call) callerUnderLock(tx pgx.Tx) error {
-	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), c.Member.ID, store.NoLock)
+	if err := c.refreshCaller(tx, store.NoLock); err != nil {
+		return err
+	}
+	return c.requireManager()
+}
+
+// refreshCaller reads the caller's membership again inside tx, with lock, and holds them
+// to the role they have now (c.Member.Role); a caller removed meanwhile is refused as at
+// authentication. The writes that give lasting access (a marketplace's grants, a place in
+// a team) read it FOR SHARE once they hold their own lock: a demotion or removal under
+// way waits for them, or committed first and is seen here, so a demoted admin's request
+// in flight cannot hand out access they no longer have the role to give.
+func (c *Call) refreshCaller(tx pgx.Tx, lock store.Lock) error {
+	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), c.Member.ID, lock)
 	if errors.Is(err, store.ErrNotFound) {
 		return errOrgNotFound()
 	}
 	if err != nil {
 		return err
 	}
-	if !IsManager(m.Role) {
+	c.Member.Role = m.Role
+	return nil
+}
+
+// requireManager refuses a caller who is not an owner or admin, as the route table's
+// roles do.
+func (c *Call) requireManager() error {
+	if !IsManager(c.Member.Role) {
 		return fault.Forbiddenf("Your role in this organization does not allow this action.")
 	}
-	c.Member.Role = m.Role
 	return nil
 }
 

@@ -104,6 +104,14 @@ func (s *Server) addTeamMember(c *Call) error {
 		if team, err = c.targetTeam(tx, store.ForShare); err != nil {
 			return err
 		}
+		// A member of a team gets what reaches the team (grants, usage-limit policies):
+		// only who is an owner or admin now may give it.
+		if err := c.refreshCaller(tx, store.ForShare); err != nil {
+			return err
+		}
+		if err := c.requireManager(); err != nil {
+			return err
+		}
 		// FOR SHARE: a concurrent removal of the member waits for this add (and then
 		// takes them out of the team), or, when it committed first, they are not found.
 		if _, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), *in.MemberID, store.ForShare); errors.Is(err, store.ErrNotFound) {

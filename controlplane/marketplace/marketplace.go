@@ -56,12 +56,18 @@ func ForPluginWrite(ctx context.Context, tx pgx.Tx, orgID, id string, v store.Vi
 }
 
 // ReplaceAccess makes the marketplace's access list exactly grants, for a viewer who
-// manages it. allowed runs after the rank check (the caller's own conditions, such as a
+// manages it. viewer is asked for once the marketplace is locked, so that the caller's
+// role is the one they have then (a caller demoted or removed meanwhile can no longer
+// hand out access), and may refuse. allowed runs after the rank check (the caller's own conditions, such as a
 // fresh sign-in) and may refuse. Grants to members and teams that are not (or no longer)
 // in the organization are 400 with their paths.
-func ReplaceAccess(ctx context.Context, tx pgx.Tx, orgID, id string, v store.Viewer, grants []store.Grant, now time.Time,
-	allowed func() error) (store.Marketplace, error) {
+func ReplaceAccess(ctx context.Context, tx pgx.Tx, orgID, id string, viewer func() (store.Viewer, error),
+	grants []store.Grant, now time.Time, allowed func() error) (store.Marketplace, error) {
 	if err := store.LockMarketplace(ctx, tx, orgID, id); err != nil {
+		return store.Marketplace{}, err
+	}
+	v, err := viewer()
+	if err != nil {
 		return store.Marketplace{}, err
 	}
 	m, err := ForWrite(ctx, tx, orgID, id, v, store.RankManager, "Changing who may use a marketplace")
