@@ -882,13 +882,20 @@ routes:
 {{/* The settlement spool's mount path (enforcer.settleSpool). */}}
 {{- define "tollgate.settleSpool.dir" -}}/var/lib/tollgate/settle-spool{{- end -}}
 
-{{/* The settlement spool's volume: an emptyDir sized for enforcer.settleSpool.maxBytes. */}}
+{{/*
+The settlement spool's volume: an emptyDir sized for enforcer.settleSpool.maxBytes. A
+starting enforcer rewrites what its predecessor left unacknowledged (up to maxBytes)
+into a new segment before it removes the old ones (spool.Open), so the directory holds
+up to twice maxBytes for a moment, and 16 MiB more for acknowledgements and a segment
+being closed: a kubelet that saw the emptyDir past its sizeLimit would evict the pod,
+and the spool with it, on the very restart the spool is for.
+*/}}
 {{- define "tollgate.settleSpool.volume" -}}
 {{- $s := .Values.enforcer.settleSpool -}}
 {{- if $s.enabled }}
 - name: tollgate-settle-spool
   emptyDir:
-    sizeLimit: {{ div (add (int64 $s.maxBytes) 16777216) 1048576 }}Mi
+    sizeLimit: {{ div (add (mul (int64 $s.maxBytes) 2) 16777216) 1048576 }}Mi
 {{- end }}
 {{- end -}}
 
