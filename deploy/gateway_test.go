@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
+	"github.com/tollgate-dev/tollgate/pkg/admin"
 )
 
 // The proxies in front of the enforcer's inference gateway (deploy/README.md, "Without
@@ -77,8 +78,9 @@ func TestCaddyfileGateway(t *testing.T) {
 		Transport     map[string]any `json:"transport"`
 		HealthChecks  struct {
 			Active struct {
-				URI  string `json:"uri"`
-				Port int    `json:"port"`
+				URI     string `json:"uri"`
+				Port    int    `json:"port"`
+				Timeout int64  `json:"timeout"` // nanoseconds
 			} `json:"active"`
 		} `json:"health_checks"`
 		Headers any `json:"headers"`
@@ -137,6 +139,9 @@ func TestCaddyfileGateway(t *testing.T) {
 	}
 	if p.HealthChecks.Active.URI != "/readyz" || p.HealthChecks.Active.Port != enforcerAdmin {
 		t.Errorf("active health check %+v, want /readyz on the admin port %d", p.HealthChecks.Active, enforcerAdmin)
+	}
+	if d := time.Duration(p.HealthChecks.Active.Timeout); d <= admin.CheckTimeout {
+		t.Errorf("health_timeout %s: /readyz takes up to %s to answer when Redis hangs (ready, in failure mode open), and a check cut at that marks every gateway down", d, admin.CheckTimeout)
 	}
 	if v, ok := p.Transport["response_header_timeout"]; ok {
 		t.Errorf("transport sets response_header_timeout %v; the gateway's own (10m) must answer first", v)
@@ -707,6 +712,9 @@ var traefikChecks = []struct {
 					return fmt.Errorf("service %s: healthCheck duration %q: %v", name, v, err)
 				}
 			}
+			if d, _ := traefikDuration(hc.Timeout); d <= admin.CheckTimeout {
+				return fmt.Errorf("service %s: healthCheck timeout %s: /readyz takes up to %s to answer when Redis hangs (ready, in failure mode open), and a check cut at that marks every gateway down", name, d, admin.CheckTimeout)
+			}
 		}
 		return nil
 	}},
@@ -795,6 +803,7 @@ func TestTraefikCheckerCatches(t *testing.T) {
 		{"path subset", "dynamic", "rule: \"PathPrefix(`/`)\"", "rule: \"PathPrefix(`/v1/chat`)\"", "routes by path itself"},
 		{"short header timeout", "dynamic", "responseHeaderTimeout: 0s", "responseHeaderTimeout: 60s", "fires before the gateway"},
 		{"health on the gateway port", "dynamic", "port: 9091", "port: 9003", "/readyz"},
+		{"health check cut before /readyz answers", "dynamic", "timeout: 3s", "timeout: 2s", "when Redis hangs"},
 		{"undeclared transport", "dynamic", "serversTransport: tollgate-gateway", "serversTransport: other", "not declared"},
 		{"default read timeout", "static", "readTimeout: 1h", "readTimeout: 60s", "would cut a stream"},
 		{"every interface", "static", `address: "127.0.0.1:8080"`, `address: ":8080"`, "want 127.0.0.1"},
