@@ -351,3 +351,46 @@ func TestUpAlertsSelectScrapedJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestMonitorsScrapeWithinTheirInterval: a ServiceMonitor or PodMonitor whose
+// scrapeTimeout is longer than its interval is skipped by the Prometheus Operator
+// ("scrapeTimeout greater than scrapeInterval"), so nothing of Tollgate would be
+// scraped: the chart refuses it, naming both values, and renders a timeout up to the
+// interval as given. A faster interval alone (5s) is the usual way in: the default
+// timeout is 10s.
+func TestMonitorsScrapeWithinTheirInterval(t *testing.T) {
+	helm, _ := needTools(t)
+	for _, m := range []struct {
+		values, kind string
+		args         []string
+	}{
+		{"metrics.serviceMonitor", "ServiceMonitor", []string{"--set", "metrics.serviceMonitor.enabled=true"}},
+		{"metrics.podMonitor", "PodMonitor", []string{"--set", "enforcer.mode=sidecar", "--set", "metrics.podMonitor.enabled=true",
+			"--set", "metrics.podMonitor.podSelector.app=envoy"}},
+	} {
+		for _, tc := range []struct {
+			interval, timeout string // timeout "": the chart's default (10s)
+			refused           bool
+		}{
+			{"5s", "", true},
+			{"10s", "", false},
+			{"1m", "1m", false},
+			{"1m", "1m1s", true},
+			{"1m30s", "90s", false},
+			{"1500ms", "2s", true},
+			{"1h", "2m", false},
+		} {
+			args := append(slices.Clone(m.args), "--set", m.values+".interval="+tc.interval)
+			if tc.timeout != "" {
+				args = append(args, "--set", m.values+".scrapeTimeout="+tc.timeout)
+			}
+			_, err := render(t, helm, append([]string{"--set", "secrets.existingSecret=creds"}, args...)...)
+			switch {
+			case tc.refused && (err == nil || !strings.Contains(err.Error(), m.values+".scrapeTimeout") || !strings.Contains(err.Error(), "skips such a "+m.kind)):
+				t.Errorf("%s interval %s, scrapeTimeout %q: %v, want it refused (the Prometheus Operator skips the %s)", m.values, tc.interval, tc.timeout, err, m.kind)
+			case !tc.refused && err != nil:
+				t.Errorf("%s interval %s, scrapeTimeout %q: refused: %v", m.values, tc.interval, tc.timeout, err)
+			}
+		}
+	}
+}

@@ -300,6 +300,36 @@ stop on SIGTERM; past terminationGracePeriodSeconds the pod is killed mid-drain.
 {{- end -}}
 {{- end -}}
 
+{{/*
+Milliseconds of a Prometheus duration as the schema takes it (1y2w3d4h5m6s7ms, 0);
+"" when it is none.
+*/}}
+{{- define "tollgate.promMilliseconds" -}}
+{{- $s := toString . -}}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 -}}
+{{- if regexMatch "^(0|([0-9]+(ms|s|m|h|d|w|y))+)$" $s -}}
+{{- $total := int64 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" $s -1 -}}
+{{- $number := regexFind "^[0-9]+" . -}}
+{{- $total = add $total (mul (int64 $number) (int64 (get $units (trimPrefix $number .)))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A scrape's timeout must not exceed its interval (dict "m" .Values.metrics.x "values"
+"metrics.x" "kind" "ServiceMonitor"): the Prometheus Operator skips such a monitor
+(it logs it and counts it among the rejected resources), and nothing is scraped.
+*/}}
+{{- define "tollgate.checkScrapeTimeout" -}}
+{{- $interval := include "tollgate.promMilliseconds" (.m.interval | default "") -}}
+{{- $timeout := include "tollgate.promMilliseconds" (.m.scrapeTimeout | default "") -}}
+{{- if and $interval $timeout (gt (int64 $timeout) (int64 $interval)) -}}
+{{- fail (printf "%s.scrapeTimeout %s is longer than %s.interval %s: the Prometheus Operator skips such a %s, and nothing of Tollgate is scraped. Lower %s.scrapeTimeout to %s or less" .values (toString .m.scrapeTimeout) .values (toString .m.interval) .kind .values (toString .m.interval)) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* PodDisruptionBudget spec fields: (dict "pdb" .Values.x.pdb). */}}
 {{- define "tollgate.pdbBudget" -}}
 {{- if ne (toString .pdb.minAvailable) "" }}
