@@ -74,6 +74,14 @@ func TestValuesRejected(t *testing.T) {
 		{"bad GOGC", append(ok, "--set-string", "enforcer.goRuntime.gogc=lots"), "/enforcer/goRuntime/gogc"},
 		{"bad GOMEMLIMIT", append(ok, "--set-string", "enforcer.goRuntime.memoryLimit=200M"), "/enforcer/goRuntime/memoryLimit"},
 		{"bad control plane GOMEMLIMIT", append(ok, "--set-string", "controlplane.goRuntime.memoryLimit=1G"), "/controlplane/goRuntime/memoryLimit"},
+		// A memory limit with a fraction is a Kubernetes quantity too (until 2026-12-07 it
+		// went unchecked: 0.25Gi under the default GOMEMLIMIT of 384MiB rendered).
+		{"GOMEMLIMIT over a fractional container limit", append(ok, "--set", "enforcer.resources.limits.memory=0.25Gi"),
+			"enforcer.goRuntime.memoryLimit 384MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 0.25Gi"},
+		{"control plane GOMEMLIMIT over a fractional container limit", append(ok, "--set", "controlplane.resources.limits.memory=0.375Gi"),
+			"controlplane.goRuntime.memoryLimit 400MiB (GOMEMLIMIT) is not below controlplane.resources.limits.memory 0.375Gi"},
+		{"settle capacity beyond 80% of a fractional container limit", append(ok, "--set", "enforcer.goRuntime.memoryLimit=", "--set", "enforcer.resources.limits.memory=0.25G"),
+			"over 80% of enforcer.resources.limits.memory 0.25G"},
 		{"bad admin email", append(ok, "--set", "controlplane.platformAdminEmails={root}"), "/controlplane/platformAdminEmails/0"},
 		{"bad pdb budget", append(ok, "--set", "enforcer.pdb.maxUnavailable=half"), "/enforcer/pdb/maxUnavailable"},
 		{"hpa without a target", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage="), "/enforcer/autoscaling"},
@@ -269,6 +277,7 @@ func TestValuesAccepted(t *testing.T) {
 	}{
 		{"per-key secrets only", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis", "--set", "secrets.internalToken.name=tok"}},
 		{"ipv6 cluster address", []string{"--set", "secrets.existingSecret=s", "--set", "redis.mode=cluster", "--set", "redis.cluster.addresses={[fd00::1]:6379}"}},
+		{"fractional memory limits", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=0.5Gi", "--set", "controlplane.resources.limits.memory=1.5G"}},
 		{"percent budgets", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.pdb.minAvailable=50%", "--set", "enforcer.pdb.maxUnavailable=25%"}},
 		{"memory-only hpa", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage=", "--set", "enforcer.autoscaling.targetMemoryUtilizationPercentage=75"}},
 		{"no migration job, auto-migrate", []string{"--set", "secrets.existingSecret=s", "--set", "migrations.enabled=false", "--set", "controlplane.autoMigrate=true"}},

@@ -478,14 +478,24 @@ The enforcer reads the pair again every 10 seconds, so a renewal needs no restar
 
 {{/*
 Bytes of a memory quantity: GOMEMLIMIT's form (200MiB) or a Kubernetes quantity
-in whole units (256Mi, 1Gi, 512M); "" when it is neither (no check is made then).
+(256Mi, 1Gi, 512M, or with a fraction, 0.25Gi or 1.5G, which Kubernetes takes as
+well); "" when it is neither (no check is made then). GOMEMLIMIT's own units take
+whole numbers only, as Go does.
 */}}
 {{- define "tollgate.bytes" -}}
 {{- $s := toString . -}}
 {{- $units := dict "" 1 "B" 1 "KiB" 1024 "MiB" 1048576 "GiB" 1073741824 "TiB" 1099511627776 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
-{{- $n := regexFind "^[0-9]+" $s -}}
+{{- $fractional := list "Ki" "Mi" "Gi" "Ti" "k" "M" "G" "T" -}}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" $s -}}
 {{- $unit := trimPrefix $n $s -}}
-{{- if and $n (hasKey $units $unit) -}}{{ mul (int64 $n) (get $units $unit) }}{{- end -}}
+{{- $whole := regexFind "^[0-9]+" $n -}}
+{{- if and $n (hasKey $units $unit) (or (eq $n $whole) (has $unit $fractional)) -}}
+{{- $bytes := mul (int64 $whole) (get $units $unit) -}}
+{{- with trimPrefix $whole $n -}}
+{{- $bytes = add $bytes (int64 (floor (mulf (float64 (printf "0%s" .)) (get $units $unit)))) -}}
+{{- end -}}
+{{- $bytes -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
