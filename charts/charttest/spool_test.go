@@ -22,29 +22,51 @@ import (
 // bound the chart sets (TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES) and reopened.
 func TestSpoolVolumeHoldsARestart(t *testing.T) {
 	helm, _ := needTools(t)
-	const maxBytes = 32 << 20
-	pod, c := renderContainer(t, helm, "enforcer", "--set", "enforcer.settleCapacity=30000",
-		"--set", fmt.Sprintf("enforcer.settleSpool.maxBytes=%d", maxBytes))
-	if v, _ := envValue(c, "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES"); v != fmt.Sprint(maxBytes) {
-		t.Fatalf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES = %q, want %d", v, maxBytes)
+	for _, tc := range []struct {
+		name     string
+		maxBytes int64 // the bound the enforcer gets
+		args     []string
+	}{
+		{"settleSpool.maxBytes", 32 << 20, []string{"--set", "enforcer.settleCapacity=30000", "--set", fmt.Sprintf("enforcer.settleSpool.maxBytes=%d", 32<<20)}},
+		// One of extraEnv wins over the chart's value, in the container as in the volume.
+		{"extraEnv", 64 << 20, []string{"--set", "enforcer.settleCapacity=30000", "--set", fmt.Sprintf("enforcer.settleSpool.maxBytes=%d", 32<<20),
+			"--set", "enforcer.extraEnv[0].name=TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES", "--set-string", fmt.Sprintf("enforcer.extraEnv[0].value=%d", 64<<20)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod, c := renderContainer(t, helm, "enforcer", tc.args...)
+			if v, _ := envValue(c, "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES"); v != fmt.Sprint(tc.maxBytes) {
+				t.Fatalf("TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES = %q, want %d", v, tc.maxBytes)
+			}
+			var sizeLimit int64
+			for _, v := range list(pod, "volumes") {
+				if str(v, "name") == "tollgate-settle-spool" {
+					sizeLimit = memoryBytes(t, str(v, "emptyDir", "sizeLimit"))
+				}
+			}
+			if sizeLimit == 0 {
+				t.Fatal("no tollgate-settle-spool emptyDir with a sizeLimit")
+			}
+			found, rewritten, settlements := restartOnAFullSpool(t, tc.maxBytes)
+			// Both were on disk at once: the rewrite is renamed into place, then the old files go.
+			if peak := found + rewritten; peak > sizeLimit {
+				t.Errorf("restarting on a full spool (%d settlements) holds %d + %d = %d bytes in its directory for a moment, over the emptyDir's sizeLimit %d: the kubelet may evict the pod, losing the spool",
+					settlements, found, rewritten, peak, sizeLimit)
+			}
+		})
 	}
-	var sizeLimit int64
-	for _, v := range list(pod, "volumes") {
-		if str(v, "name") == "tollgate-settle-spool" {
-			sizeLimit = memoryBytes(t, str(v, "emptyDir", "sizeLimit"))
-		}
-	}
-	if sizeLimit == 0 {
-		t.Fatal("no tollgate-settle-spool emptyDir with a sizeLimit")
-	}
+}
 
+// restartOnAFullSpool fills a spool of maxBytes with settlements nobody acknowledges
+// (a control plane outage), drops it (the crash) and opens it again; it returns the
+// bytes in its directory before and after that Open.
+func restartOnAFullSpool(t *testing.T, maxBytes int64) (found, rewritten int64, settlements int) {
+	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, _, err := spool.Open(spool.Config{Dir: dir, MaxBytes: maxBytes}, metrics.Discard(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Settlements of a control plane outage: none acknowledged until the spool is full.
 	for i := 0; ; i++ {
 		it := &internalv1.SettleItem{RequestId: fmt.Sprintf("req_%08d", i), OrganizationId: "org_01", MemberId: "om_01",
 			Model: strings.Repeat("m", 200), InputTokens: 1200, OutputTokens: 300}
@@ -53,7 +75,7 @@ func TestSpoolVolumeHoldsARestart(t *testing.T) {
 		}
 	}
 	s.Close() // the crash: nothing more acknowledged
-	found := dirBytes(t, dir)
+	found = dirBytes(t, dir)
 	if found < maxBytes*9/10 {
 		t.Fatalf("the spool was filled to %d bytes only, of %d", found, maxBytes)
 	}
@@ -62,12 +84,7 @@ func TestSpoolVolumeHoldsARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rewritten := dirBytes(t, dir)
-	// Both were on disk at once: the rewrite is renamed into place, then the old files go.
-	if peak := found + rewritten; peak > sizeLimit {
-		t.Errorf("restarting on a full spool (%d settlements) holds %d + %d = %d bytes in its directory for a moment, over the emptyDir's sizeLimit %d: the kubelet may evict the pod, losing the spool",
-			len(pending), found, rewritten, peak, sizeLimit)
-	}
+	return found, dirBytes(t, dir), len(pending)
 }
 
 func dirBytes(t *testing.T, dir string) int64 {

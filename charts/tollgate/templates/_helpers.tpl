@@ -923,19 +923,23 @@ routes:
 {{- define "tollgate.settleSpool.dir" -}}/var/lib/tollgate/settle-spool{{- end -}}
 
 {{/*
-The settlement spool's volume: an emptyDir sized for enforcer.settleSpool.maxBytes. A
-starting enforcer rewrites what its predecessor left unacknowledged (up to maxBytes)
-into a new segment before it removes the old ones (spool.Open), so the directory holds
-up to twice maxBytes for a moment, and 16 MiB more for acknowledgements and a segment
-being closed: a kubelet that saw the emptyDir past its sizeLimit would evict the pod,
+The settlement spool's volume: an emptyDir sized for the spool's bound (the
+TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES the enforcer gets: enforcer.settleSpool.maxBytes,
+or one of extraEnv). A starting enforcer rewrites what its predecessor left
+unacknowledged (up to the bound) into a new segment before it removes the old ones
+(spool.Open), so the directory holds up to twice the bound for a moment, and 16 MiB
+more for acknowledgements and a segment being closed: a kubelet that saw the emptyDir past its sizeLimit would evict the pod,
 and the spool with it, on the very restart the spool is for.
 */}}
 {{- define "tollgate.settleSpool.volume" -}}
-{{- $s := .Values.enforcer.settleSpool -}}
-{{- if $s.enabled }}
+{{- $e := .Values.enforcer -}}
+{{- if $e.settleSpool.enabled }}
+{{- /* The bound the enforcer gets: one of extraEnv wins over settleSpool.maxBytes. */}}
+{{- $s := include "tollgate.envSetting" (dict "c" $e "values" "enforcer" "name" "TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES" "value" (int64 $e.settleSpool.maxBytes) "setter" "enforcer.settleSpool.maxBytes") | fromJson }}
+{{- $maxBytes := ternary $s.value (toString (int64 $e.settleSpool.maxBytes)) (regexMatch "^[0-9]+$" $s.value) }}
 - name: tollgate-settle-spool
   emptyDir:
-    sizeLimit: {{ div (add (mul (int64 $s.maxBytes) 2) 16777216) 1048576 }}Mi
+    sizeLimit: {{ div (add (mul (int64 $maxBytes) 2) 16777216) 1048576 }}Mi
 {{- end }}
 {{- end -}}
 
