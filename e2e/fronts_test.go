@@ -216,7 +216,7 @@ func caddyCommand(t testing.TB, listen, upstream string) *exec.Cmd {
 	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
 	conf := replaced(t, "../deploy/caddy/Caddyfile.gateway",
 		"health_uri /readyz", "", "health_port {$TOLLGATE_ENFORCER_ADMIN_PORT:9091}", "",
-		"health_interval 5s", "", "health_timeout 2s", "")
+		"health_interval 5s", "", "health_timeout 3s", "")
 	work := t.TempDir()
 	path := filepath.Join(work, "Caddyfile")
 	writeFile(t, path, conf)
