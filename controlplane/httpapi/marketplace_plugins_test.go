@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -546,18 +548,7 @@ func TestPluginWritesWaitForAccessChange(t *testing.T) {
 	addPlugin(t, e, mkt, map[string]any{"pluginId": inside}, editor.As()...).Expect(t, http.StatusCreated)
 
 	ctx := context.Background()
-	tx, err := e.Store.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	// What marketplace.ReplaceAccess does: lock, then write the new list (empty).
-	if err := store.LockMarketplace(ctx, tx, owner.OrgID, mkt); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.ReplaceGrants(ctx, tx, mkt, nil); err != nil {
-		t.Fatal(err)
-	}
+	tx := revokingGrants(t, e, owner, mkt)
 	answers := make(chan *apitest.Resp, 2)
 	go func() { answers <- addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, editor.As()...) }()
 	go func() {
@@ -659,18 +650,7 @@ func TestPluginChangesWaitForAccessChange(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	tx, err := e.Store.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	// What marketplace.ReplaceAccess does: lock, then write the new list (empty).
-	if err := store.LockMarketplace(ctx, tx, owner.OrgID, mkt); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.ReplaceGrants(ctx, tx, mkt, nil); err != nil {
-		t.Fatal(err)
-	}
+	tx := revokingGrants(t, e, owner, mkt)
 	answers := make(chan *apitest.Resp, 2)
 	go func() {
 		answers <- e.Do(t, "PATCH", "/v1/plugins/"+changed, map[string]any{"name": "Renamed"}, curator.As()...)
@@ -686,4 +666,20 @@ func TestPluginChangesWaitForAccessChange(t *testing.T) {
 	if n := count(t, e, "plugins", "id = ANY($1) AND name IN ('Search', 'Lint') AND status = 'active'", []string{changed, deleted}); n != 2 {
 		t.Fatalf("%d plugins unchanged, want both", n)
 	}
+}
+
+// revokingGrants begins what marketplace.ReplaceAccess does to revoke every grant of mkt
+// (its lock, then the new list, empty) and leaves it uncommitted, for a test to commit
+// once the writes it races are seen waiting; rolled back at the test's end otherwise.
+func revokingGrants(t *testing.T, e *apitest.Env, owner apitest.Member, mkt string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx := openTx(t, e)
+	if err := store.LockMarketplace(ctx, tx, owner.OrgID, mkt); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ReplaceGrants(ctx, tx, mkt, nil); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }

@@ -221,11 +221,7 @@ func TestSubmitResetRequestWhileRemoved(t *testing.T) {
 func holdOrganization(t *testing.T, e *apitest.Env, orgID string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := e.Store.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	tx := openTx(t, e)
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM organizations WHERE id = $1 FOR NO KEY UPDATE`, orgID); err != nil {
 		t.Fatal(err)
 	}

@@ -44,11 +44,7 @@ func awaitLockWaits(t *testing.T, e *apitest.Env, n int) {
 func holdTeamShared(t *testing.T, e *apitest.Env, teamID string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := e.Store.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	tx := openTx(t, e)
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM teams WHERE id = $1 FOR SHARE`, teamID); err != nil {
 		t.Fatal(err)
 	}
@@ -199,4 +195,16 @@ func TestTeamAddAfterDeleteIsNotFound(t *testing.T) {
 	if n := count(t, e, "team_members", "team_id = $1", team); n != 0 {
 		t.Fatalf("the deleted team has %d members", n)
 	}
+}
+
+// openTx begins a transaction on the test's database, rolled back when the test ends
+// unless committed: a lock a test holds while the requests it races wait.
+func openTx(t *testing.T, e *apitest.Env) pgx.Tx {
+	t.Helper()
+	tx, err := e.Store.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }
