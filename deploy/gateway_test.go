@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -142,6 +143,11 @@ func TestCaddyfileGateway(t *testing.T) {
 	}
 	if d := time.Duration(p.HealthChecks.Active.Timeout); d <= admin.CheckTimeout {
 		t.Errorf("health_timeout %s: /readyz takes up to %s to answer when Redis hangs (ready, in failure mode open), and a check cut at that marks every gateway down", d, admin.CheckTimeout)
+	}
+	// Caddy keeps an idle connection 2m when the file says nothing, as long as the gateway.
+	keepAlive, _ := p.Transport["keep_alive"].(map[string]any)
+	if idle, _ := keepAlive["idle_timeout"].(float64); idle <= 0 || time.Duration(idle) >= gateway.ServerIdleTimeout {
+		t.Errorf("keepalive %v keeps idle connections as long as the gateway (%s): a request sent on one it is closing is answered 502", time.Duration(idle), gateway.ServerIdleTimeout)
 	}
 	if v, ok := p.Transport["response_header_timeout"]; ok {
 		t.Errorf("transport sets response_header_timeout %v; the gateway's own (10m) must answer first", v)
@@ -361,6 +367,11 @@ func checkNginx(top []*ngxDirective) []string {
 				if n, err := strconv.Atoi(ngxOne(up, "keepalive")); err != nil || n < 1 {
 					bad("upstream %s: no keepalive connections (%q)", name, ngxOne(up, "keepalive"))
 				}
+				// nginx keeps an idle upstream connection 60s when the file says nothing.
+				if idle, err := time.ParseDuration(cmp.Or(ngxOne(up, "keepalive_timeout"), "60s")); err != nil || idle >= gateway.ServerIdleTimeout {
+					bad("upstream %s: keepalive_timeout %q keeps idle connections as long as the gateway (%s), or is not a duration: a request sent on one it is closing is answered 502",
+						name, ngxOne(up, "keepalive_timeout"), gateway.ServerIdleTimeout)
+				}
 			}
 			for directive, want := range map[string]string{
 				"proxy_http_version":      "1.1",
@@ -437,6 +448,7 @@ func TestNginxConfig(t *testing.T) {
 		{"every connection upgraded", `''      '';`, "", "Connection"},
 		{"keep-alive without websockets", `proxy_set_header Connection $connection_upgrade;`, `proxy_set_header Connection "";`, "Connection"},
 		{"no keepalive", "keepalive 64;", "", "keepalive"},
+		{"idle as long as the gateway", "keepalive_timeout 60s;", "keepalive_timeout 2m;", "as long as the gateway"},
 		{"gzip", "gzip off;", "gzip on;", "gzip on"},
 		{"retries", "proxy_next_upstream off;", "", "proxy_next_upstream"},
 		{"every interface", "listen 127.0.0.1:8080;", "listen 8080;", "127.0.0.1 only"},
@@ -736,6 +748,10 @@ var traefikChecks = []struct {
 					return fmt.Errorf("serversTransport: %s %q: %v", what, v, err)
 				}
 			}
+			// Traefik keeps an idle connection 90s when the file says nothing.
+			if ic, _ := traefikDuration(cmp.Or(ft.IdleConnTimeout, "90s")); ic >= gateway.ServerIdleTimeout {
+				return fmt.Errorf("serversTransport: idleConnTimeout %s keeps idle connections as long as the gateway (%s): a request sent on one it is closing is answered 502", ic, gateway.ServerIdleTimeout)
+			}
 			if h, _ := traefikDuration(ft.ResponseHeaderTimeout); h != 0 && h <= gatewayHeaders {
 				return fmt.Errorf("serversTransport: responseHeaderTimeout %s fires before the gateway's (%s)", h, gatewayHeaders)
 			}
@@ -802,6 +818,7 @@ func TestTraefikCheckerCatches(t *testing.T) {
 		{"unknown entry point", "dynamic", `entryPoints: ["web"]`, `entryPoints: ["websecure"]`, "not in traefik.yaml"},
 		{"path subset", "dynamic", "rule: \"PathPrefix(`/`)\"", "rule: \"PathPrefix(`/v1/chat`)\"", "routes by path itself"},
 		{"short header timeout", "dynamic", "responseHeaderTimeout: 0s", "responseHeaderTimeout: 60s", "fires before the gateway"},
+		{"idle as long as the gateway", "dynamic", "idleConnTimeout: 90s", "idleConnTimeout: 2m", "as long as the gateway"},
 		{"health on the gateway port", "dynamic", "port: 9091", "port: 9003", "/readyz"},
 		{"health check cut before /readyz answers", "dynamic", "timeout: 3s", "timeout: 2s", "when Redis hangs"},
 		{"undeclared transport", "dynamic", "serversTransport: tollgate-gateway", "serversTransport: other", "not declared"},

@@ -137,7 +137,7 @@ func hasPrefix(rs []gateway.Route, prefix string) bool {
 // as long as the upstream sends (the gateway's idle timeout cuts silent ones). Each client
 // connection ends at maxAge (0: never), by its first response past it (package connage).
 func newGatewayServer(h http.Handler, pair *tlsreload.Pair, maxAge time.Duration, log *slog.Logger) *http.Server {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: gateway.ServerIdleTimeout,
 		Protocols: new(http.Protocols), ErrorLog: logging.ServerLog(log, "gateway")}
 	connage.Apply(srv, maxAge)
 	srv.Protocols.SetHTTP1(true)

@@ -158,6 +158,13 @@ type Config struct {
 }
 
 // Defaults of Config.
+// ServerIdleTimeout is how long the gateway's server keeps a client's idle keep-alive
+// connection open. A front door that keeps its idle connections to the gateway as long,
+// or longer, may send a request on one the gateway is closing at that moment, and answer
+// it 502 (a POST is not sent again): deploy/'s fronts keep theirs for less
+// (deploy/gateway_test.go: TestCaddyfileGateway, TestNginxConfig, TestTraefikConfig).
+const ServerIdleTimeout = 2 * time.Minute
+
 const (
 	DefaultMaxBodyBytes   = 16 << 20
 	DefaultConnectTimeout = 10 * time.Second
