@@ -46,7 +46,7 @@ func (s *Server) listMembers(c *Call) error {
 // targetMember reads the member named in the path, locked for the transaction. The
 // organization is locked first: a change of an owner locks every owner (CountOwners),
 // and two changes each holding their own target could otherwise wait on each other's.
-// Under that lock the caller's own membership is read again (callerUnderLock).
+// Under that lock the caller's own membership is read again (managerNow).
 func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 	id, err := c.pathID("memberId", typeid.Member)
 	if err != nil {
@@ -55,7 +55,7 @@ func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 	if err := store.LockOrganization(c.Ctx, tx, c.OrgID()); err != nil {
 		return store.Member{}, err
 	}
-	if err := c.callerUnderLock(tx); err != nil {
+	if err := c.managerNow(tx, store.NoLock); err != nil {
 		return store.Member{}, err
 	}
 	m, err := store.MemberInOrg(c.Ctx, tx, c.OrgID(), id, store.ForNoKeyUpdate)
@@ -65,15 +65,15 @@ func (c *Call) targetMember(tx pgx.Tx) (store.Member, error) {
 	return m, err
 }
 
-// callerUnderLock reads the caller's membership again once the organization is locked,
-// and holds them to the role they have now. Authentication read it before, unlocked;
-// every role change and removal takes the organization's lock first (targetMember), so
-// one may have committed in between, and what is read now is what holds until this
-// transaction ends. Without it, an owner demoted (or removed) while their request waited
-// for the lock still made someone an owner, changed roles or removed members with the
-// authority they had just lost.
-func (c *Call) callerUnderLock(tx pgx.Tx) error {
-	if err := c.refreshCaller(tx, store.NoLock); err != nil {
+// managerNow reads the caller's membership again inside tx, with lock (refreshCaller), and
+// refuses them unless they are an owner or admin now. Authentication read it before,
+// unlocked: a role change or removal may have committed in between. A role change or
+// removal calls it once it holds the organization's lock, which every role change and
+// removal takes first (targetMember), so what it reads holds until tx ends; without it an
+// owner demoted (or removed) while their request waited for the lock still made someone
+// an owner, changed roles or removed members with the authority they had just lost.
+func (c *Call) managerNow(tx pgx.Tx, lock store.Lock) error {
+	if err := c.refreshCaller(tx, lock); err != nil {
 		return err
 	}
 	return c.requireManager()

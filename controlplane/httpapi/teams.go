@@ -106,10 +106,7 @@ func (s *Server) addTeamMember(c *Call) error {
 		}
 		// A member of a team gets what reaches the team (grants, usage-limit policies):
 		// only who is an owner or admin now may give it.
-		if err := c.refreshCaller(tx, store.ForShare); err != nil {
-			return err
-		}
-		if err := c.requireManager(); err != nil {
+		if err := c.managerNow(tx, store.ForShare); err != nil {
 			return err
 		}
 		// FOR SHARE: a concurrent removal of the member waits for this add (and then

@@ -615,8 +615,7 @@ func (st *stream) bodyResponse(body []byte, replace bool, acceptEncoding string)
 	}
 	hm := &extprocv3.HeaderMutation{}
 	set := func(name, value string) {
-		hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{Header: st.headerValue(name, value),
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+		hm.SetHeaders = append(hm.SetHeaders, st.overwrite(name, value))
 	}
 	if replace && st.hasContentLength {
 		set("content-length", strconv.Itoa(len(body)))
@@ -645,6 +644,12 @@ func (st *stream) headerValue(key, v string) *corev3.HeaderValue {
 	return &corev3.HeaderValue{Key: key, Value: v}
 }
 
+// overwrite is a header mutation that sets key to v, replacing any value it had, written
+// as this stream's Envoy reads it (headerValue).
+func (st *stream) overwrite(key, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: st.headerValue(key, v), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+}
+
 // refuse answers the client with a front door's own refusal of a body it cannot read,
 // in the shape of the gateway's errors (writeError: never cached, as any refusal). Its
 // headers are written as the stream's Envoy reads them (headerValue): Envoy reads a
@@ -657,13 +662,12 @@ func (st *stream) refuse(r requestbody.Refusal) *extprocv3.ProcessingResponse {
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "code": r.Code, "message": r.Message}})
 	set := []*corev3.HeaderValueOption{
-		{Header: st.headerValue("content-type", "application/json"), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-		{Header: st.headerValue("cache-control", "no-store"), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-		{Header: st.headerValue(strings.ToLower(gate.HeaderErrorCode), r.Code), AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+		st.overwrite("content-type", "application/json"),
+		st.overwrite("cache-control", "no-store"),
+		st.overwrite(strings.ToLower(gate.HeaderErrorCode), r.Code),
 	}
 	if r.Status == http.StatusServiceUnavailable {
-		set = append(set, &corev3.HeaderValueOption{Header: st.headerValue("retry-after", "1"),
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+		set = append(set, st.overwrite("retry-after", "1"))
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.Status)}, Headers: &extprocv3.HeaderMutation{SetHeaders: set},
@@ -677,8 +681,7 @@ func (st *stream) immediate(a gate.Answer) *extprocv3.ProcessingResponse {
 	hs := a.DeniedHeaders()
 	set := make([]*corev3.HeaderValueOption, len(hs))
 	for i, h := range hs {
-		set[i] = &corev3.HeaderValueOption{Header: st.headerValue(strings.ToLower(h.Name), h.Value),
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+		set[i] = st.overwrite(strings.ToLower(h.Name), h.Value)
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(a.Status)},
