@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 )
 
 // Cost sources, as receipts store them.
@@ -289,6 +290,18 @@ func (u Usage) ImageTokensAt(perCall int64) int64 {
 // the image model's input prices (Price.ImageToolInputPrice).
 func (u Usage) ImageToolInputUsage() Usage {
 	return Usage{InputTokens: u.ImageToolInputTokens, CachedInputTokens: u.ImageToolCachedInputTokens}
+}
+
+// PromptTokens is the size of u's prompt, by which a model with a long-context price
+// (pricecatalog.Entry.ForInput) picks the price of the whole request: its input count,
+// which includes its cache reads and writes, or, when those parts add up to more (counts
+// that disagree: a reporter that sends Anthropic's own input_tokens, which leaves them
+// out), the parts, as CatalogCost charges them. A prompt is never taken for shorter than
+// the tokens it is charged (until 2026-12-07 the input count alone chose the tier, and
+// such a prompt of 240,000 cached tokens paid the shorter prompts' price). Negative
+// counts (Bound reads them as 0) count as 0.
+func (u Usage) PromptTokens() int64 {
+	return max(u.InputTokens, saturate.Add(max(u.CachedInputTokens, 0), max(u.CacheWriteTokens, 0)))
 }
 
 // HasImageTool tells whether u counts any of the image generation tool's calls, images

@@ -120,6 +120,18 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 300_000, CachedInputTokens: 100_000, CacheCreationInputTokens: 50_000,
 				OutputTokens: 10_000, Complete: true},
 			150_000*6 + 100_000*6/10 + 50_000*15/2 + 10_000*45/2, "catalog_estimate", "catalog", "reported_usage"},
+		// Counts that disagree (the cache's parts above the input: a reporter that sends
+		// Anthropic's own input_tokens, which leaves them out) are charged the parts as
+		// reported (accounting.CatalogCost): a prompt of at least that many tokens, and
+		// its tier is chosen by it, not by the smaller input count.
+		{"parts above the input: the tier of a prompt of the parts", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5-20250929", InputTokens: 5_000, CachedInputTokens: 180_000, CacheCreationInputTokens: 60_000,
+				OutputTokens: 2_000, Complete: true},
+			180_000*6/10 + 60_000*15/2 + 2_000*45/2, "catalog_estimate", "catalog", "reported_usage"},
+		{"an advisor's parts above its input: the tier of a prompt of the parts", nil,
+			&internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, AdvisorModel: "claude-sonnet-4-5",
+				AdvisorInputTokens: 5_000, AdvisorCachedInputTokens: 250_000, AdvisorOutputTokens: 1_000, Complete: true},
+			executor + tokensAt(sonnet.ForInput(250_000), 0, 250_000, 0, 1_000), "catalog_estimate", "catalog", "reported_usage"},
 		{"a prompt at the threshold: the shorter prompts' price", nil,
 			&internalv1.SettleItem{Model: "gemini-2.5-pro", InputTokens: 200_000, OutputTokens: 1_000, Complete: true},
 			200_000*5/4 + 1_000*10, "catalog_estimate", "catalog", "reported_usage"},

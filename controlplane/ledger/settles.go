@@ -952,7 +952,7 @@ func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPr
 // pricecatalog.Highest), the price of a model nobody priced.
 func (sj *settleJob) advisorPrice() (p *accounting.Price, known bool) {
 	if e, ok := sj.prices.Lookup(sj.advisorModel); ok {
-		advisor := fromCatalog(e.ForInput(sj.usage.AdvisorInputTokens))
+		advisor := fromCatalog(e.ForInput(sj.usage.AdvisorUsage().PromptTokens()))
 		return &advisor, true
 	}
 	highest := fromCatalog(sj.prices.Highest())
@@ -1088,8 +1088,9 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 		}
 		if e := sj.catalog[i]; e != nil {
 			// The tier of the request's prompt length, where the model has two: its
-			// input, cached ones and cache writes included, reported or estimated.
-			p := fromCatalog(e.ForInput(sj.usage.InputTokens))
+			// input, cached ones and cache writes included, reported or estimated
+			// (never shorter than the parts it is charged: Usage.PromptTokens).
+			p := fromCatalog(e.ForInput(sj.usage.PromptTokens()))
 			p.RegionalPremiumPercent = e.RegionalPremiumPercent
 			p.TierPercents = e.TierPercents
 			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: p}
