@@ -23,8 +23,8 @@ type Step struct {
 
 // Key is the form a table's model name is matched by: the part after the last '/' (a
 // provider or route prefix such as "openai/", "models/", "google/"), with ASCII letters
-// lower-cased. Migration 0008 computes the same key in SQL for the prices stored before
-// it (store.ModelPriceKeySQL), and a store test checks the two agree.
+// lower-cased. Migration 0008 computed the same key in SQL for the prices stored before
+// it.
 func Key(name string) string {
 	if len(name) > MaxNameLen {
 		name = name[:MaxNameLen]
