@@ -132,6 +132,26 @@ const MaxRecordAhead = 5 * time.Minute
 // window a record does not list is never read as zero, even from an authoritative
 // record, when the record lists a later window of the same timeframe: Unknown.
 func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
+	return decide(rec, now, authoritative, false)
+}
+
+// DecideLastKnown is Decide on a record that cannot be refreshed: the last one read for
+// the member, in open failure mode, when neither Redis nor the control plane answers.
+// A window the record does not know (it was written before the window began: the
+// records of a whole organization are, for a while after each 05:00 UTC) cannot admit,
+// and Decide answers Unknown for it; but the windows the record does know still tell
+// what they tell, since spend only grows within a window and an entitlement change
+// rewrites the record: a hard limit they show exhausted still blocks, and a capture
+// they show suspended still suspends, as on a current record. Only when they show
+// neither is the answer Unknown.
+func DecideLastKnown(rec *mirror.Record, now time.Time) Decision {
+	return decide(rec, now, false, true)
+}
+
+// decide is Decide, or with lastKnown DecideLastKnown: a window the record does not
+// know is passed over, and the decision Unknown only when the others neither block nor
+// suspend.
+func decide(rec *mirror.Record, now time.Time, authoritative, lastKnown bool) Decision {
 	d := Decision{At: now}
 	ent := rec.GetEntitlement()
 	if ent == nil || ent.GetMemberId() == "" {
@@ -153,7 +173,7 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 		}
 		d.At, windows = at, window.Current(at)
 	}
-	anyLimited, blocked, over := false, false, false
+	anyLimited, blocked, over, unknown := false, false, false, false
 	for i := range windows {
 		b := &d.Buckets[i]
 		b.Window = windows[i]
@@ -163,6 +183,10 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 		}
 		used, known := mirror.SpendOf(rec, string(windows[i].Timeframe), windows[i].Start)
 		if !known && (!authoritative || listsLater(rec, windows[i])) {
+			if lastKnown {
+				unknown = true
+				continue
+			}
 			d.Result = Unknown
 			return d
 		}
@@ -204,6 +228,8 @@ func Decide(rec *mirror.Record, now time.Time, authoritative bool) Decision {
 	case !ent.GetCaptureEnabled():
 		d.Result = Suspended
 		return d
+	case unknown:
+		return Decision{At: d.At} // Unknown
 	case !anyLimited:
 		d.State = Unlimited
 	case over:

@@ -228,3 +228,29 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per decision at the record's instant", n)
 	}
 }
+
+// A last-known record that does not know today's day still blocks on the month it knows
+// spent, and still suspends; Decide answers Unknown on it (the record is read again).
+func TestDecideLastKnownPassesOverAnUnknownWindow(t *testing.T) {
+	tomorrow := noon.Add(24 * time.Hour)
+	spent := rec(noon, []lim{{window.Day, 1_000, 0, true}, {window.Month, 100, 0, true}}, map[window.Timeframe]int64{window.Month: 150})
+	if d := Decide(spent, tomorrow, false); d.Result != Unknown {
+		t.Fatalf("Decide: %v", d.Result)
+	}
+	d := DecideLastKnown(spent, tomorrow)
+	if d.Result != Blocked || d.Buckets[0].Limited || !d.Buckets[2].Exhausted ||
+		!d.RetryAt.Equal(time.Date(2026, 10, 1, 5, 0, 0, 0, time.UTC)) {
+		t.Fatalf("DecideLastKnown: %+v", d)
+	}
+	within := rec(noon, []lim{{window.Day, 1_000, 0, true}, {window.Month, 100, 0, true}}, map[window.Timeframe]int64{window.Month: 50})
+	if d := DecideLastKnown(within, tomorrow); d.Result != Unknown {
+		t.Fatalf("within the month, the day unknown: %v", d.Result)
+	}
+	within.Entitlement.CaptureEnabled = false
+	if d := DecideLastKnown(within, tomorrow); d.Result != Suspended {
+		t.Fatalf("suspended, the day unknown: %v", d.Result)
+	}
+	if d := DecideLastKnown(rec(tomorrow, []lim{{window.Day, 100, 0, true}}, map[window.Timeframe]int64{window.Day: 10}), tomorrow); d.Result != Admit {
+		t.Fatalf("a current record: %v", d.Result)
+	}
+}

@@ -738,7 +738,9 @@ func (g *Gate) failure(reason Reason, id *identity.Identity, last *mirror.Record
 	}
 	now := g.Clock.Now()
 	if last != nil {
-		d := decision.Decide(last, now, false)
+		// Nothing fresher can be read: what the windows it knows show still refuses,
+		// even when it does not know one (decision.DecideLastKnown).
+		d := decision.DecideLastKnown(last, now)
 		switch d.Result {
 		case decision.Blocked:
 			// A last-known record: answered, never kept.
