@@ -300,7 +300,8 @@ func New(d Deps) *Enforcer {
 	extprocv3.RegisterExternalProcessorServer(e.GRPC, xp)
 	e.Health = health.NewServer()
 	healthpb.RegisterHealthServer(e.GRPC, e.Health)
-	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait}, log)
+	e.HTTP = httpcheck.New(e.Gate, e.Tracker, httpcheck.Config{InternalToken: cfg.InternalToken, SettleWait: cfg.SettleWait,
+		AllowDeferred: cfg.AllowDeferred()}, log)
 
 	if cfg.GatewayAddr != "" {
 		gwCfg := cfg.Gateway

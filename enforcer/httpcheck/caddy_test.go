@@ -101,12 +101,13 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 
 	caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, enforcerAddr, strings.TrimPrefix(upstream.URL, "http://"), env)
 
+	path := "/v1/chat/completions"
 	call := func(extra ...string) (*http.Response, string) {
 		query := ""
 		if len(extra)%2 == 1 {
 			query, extra = extra[0], extra[1:]
 		}
-		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions"+query, strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
+		req, _ := http.NewRequest("POST", "http://"+caddyAddr+path+query, strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
 		req.Header.Set("Content-Type", "application/json")
 		switch via {
 		case "Authorization":
@@ -134,6 +135,13 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 	// by, X-Forwarded-Uri that /check judges the query by), so the Caddyfile drops the
 	// client's Connection header first.
 	const listed = "X-Service-Request-Id, X-Forwarded-Method, X-Forwarded-Uri, X-Service-Usage-State"
+	// A batch is billed later, out of the enforcer's sight: refused as the gateway refuses
+	// it (TOLLGATE_DEFERRED_BILLING=refuse), never sent upstream.
+	path = "/v1/batches"
+	if res, body := call(); res.StatusCode != 403 || res.Header.Get("X-Service-Error-Code") != "service_gateway_billing_deferred" {
+		t.Fatalf("a batch through Caddy: %d %s", res.StatusCode, body)
+	}
+	path = "/v1/chat/completions"
 	admitted := 0
 	for {
 		res, body := call("Connection", listed)

@@ -16,7 +16,10 @@
 //     cannot (a Tollgate key in the query, Google's field mask, a method override) is
 //     refused before the check, as are the answers the usage reader cannot read; the
 //     original request is read from X-Forwarded-Method and X-Forwarded-Uri, else the
-//     check's own method and the path after /check.
+//     check's own method and the path after /check. A request the provider bills later,
+//     out of sight (a batch, a fine-tuning job: requestbody.Deferred by its path), is
+//     refused 403 as the gateway refuses it, unless the operator allows it, once the
+//     credential and the member's limits would not refuse it already.
 //   - POST /settle lets a gateway that cannot run ext_proc report a finished request:
 //     JSON {requestId, model, inputTokens, outputTokens, cachedInputTokens,
 //     cacheCreationInputTokens, upstreamCostMicroUsd, complete, estimated}, only

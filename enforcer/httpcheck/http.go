@@ -31,6 +31,10 @@ type Config struct {
 	// SettleWait is how long /settle waits for the control plane's receipt before
 	// answering 202.
 	SettleWait time.Duration
+	// AllowDeferred are the endpoints billed later that /check lets through
+	// (TOLLGATE_DEFERRED_BILLING, _ALLOW); the others it refuses where the path says so
+	// (deferredRefusal). nil: none.
+	AllowDeferred requestbody.DeferredAllowed
 }
 
 // Handler serves /check and /settle.
@@ -127,7 +131,12 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(bodyKeyInQuery)
 		return
 	}
-	a, err := h.gate.Check(r.Context(), gate.CredentialsFrom(r.Header))
+	cred := gate.CredentialsFrom(r.Header)
+	if a, refused := h.deferredRefusal(r.Context(), cred, method, path); refused {
+		gate.WriteHTTP(w, a.Status, a.DeniedHeaders(), a.Body)
+		return
+	}
+	a, err := h.gate.Check(r.Context(), cred)
 	if err != nil {
 		return // the proxy hung up
 	}
@@ -203,6 +212,30 @@ func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal
 		return gate.ResponseFormatRefusal("X-Goog-FieldMask"), true
 	}
 	return gate.FormRefusal{}, false
+}
+
+// deferredRefusal is the refusal of a request whose cost the provider bills later, out
+// of the enforcer's sight, when its method and path say so (requestbody.Deferred: a
+// batch, a fine-tuning job, a Realtime client secret...) and the operator does not
+// allow that endpoint: the 403 the gateway and ext_proc answer
+// (gate.BillingDeferredRefusal), counted as theirs is under billing_deferred. Without it
+// a member behind forward-auth sent a batch of any size at about no charge. Whatever
+// the check would refuse without the body comes first, as at the other front doors,
+// which check before they read the path's endpoint: no credential or an unknown one
+// (401), a spent limit (429), a suspended capture (503). Nothing is started. The kinds
+// only a body tells (a Responses call run in the background, a container named in a
+// tool) are not seen here: docs/enforcer.md, "Deferred billing".
+func (h *Handler) deferredRefusal(ctx context.Context, cred gate.Credentials, method, path string) (gate.Answer, bool) {
+	endpoint := requestbody.Deferred(method, path, false)
+	if endpoint == "" || h.cfg.AllowDeferred.Allows(endpoint) {
+		return gate.Answer{}, false
+	}
+	if a, refused := h.gate.RefusalBeforeBody(ctx, cred); refused {
+		return a, true
+	}
+	a := gate.BillingDeferredRefusal(endpoint)
+	h.gate.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
+	return a, true
 }
 
 // tollgateKeyInQuery tells whether a parameter of the query carries a Tollgate

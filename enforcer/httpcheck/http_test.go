@@ -468,3 +468,78 @@ func TestGuardedSettlementIsSentAtOnce(t *testing.T) {
 		t.Fatalf("/settle of an unguarded request answered after %v: it did not linger", took)
 	}
 }
+
+// A request whose cost the provider bills later (a batch, a fine-tuning job: package
+// requestbody, Deferred) is refused 403 at /check as the gateway and Envoy's ext_proc
+// refuse it, where its path alone says so: forward-auth is told the method and path
+// (X-Forwarded-Method and -Uri, or the path after /check), and nothing else would stop
+// it. Before, /check admitted it, and behind the shipped Caddyfile a member's batch of
+// any size went through at about no charge, TOLLGATE_DEFERRED_BILLING=refuse (the
+// default) notwithstanding. The credential and a spent limit are still answered first,
+// as by the others; an operator's allow list lets it through.
+func TestCheckRefusesWhatIsBilledLater(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	blocked := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.SetSpend(blocked.ID, window.Day, 1*enforcertest.USD)
+	// check asks as Caddy does (GET, the original method in X-Forwarded-Method), or,
+	// given a path, as Envoy's HTTP ext_authz does (the request's own method and path).
+	check := func(t *testing.T, e *enforcertest.Env, path string, headers map[string]string) (*http.Response, string) {
+		t.Helper()
+		method := "GET"
+		if path != "" {
+			method = "POST"
+		}
+		req, _ := http.NewRequest(method, e.HTTPURL+"/check"+path, nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, string(b)
+	}
+	batch := map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		headers map[string]string
+		status  int
+		code    string
+	}{
+		{"a batch", "", batch, 403, "service_gateway_billing_deferred"},
+		{"a fine-tuning job, the path after /check (Envoy's HTTP ext_authz)", "/v1/fine_tuning/jobs", map[string]string{"X-Api-Key": w.Key}, 403, "service_gateway_billing_deferred"},
+		{"a Gemini batch", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "POST",
+			"X-Forwarded-Uri": "/v1beta/models/gemini-2.5-flash:batchGenerateContent"}, 403, "service_gateway_billing_deferred"},
+		{"an unknown key first", "", map[string]string{"X-Api-Key": "tgk_unknown", "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"}, 401, ""},
+		{"a spent limit first", "", map[string]string{"X-Api-Key": blocked.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"},
+			429, "service_gateway_usage_limit_exceeded"},
+		{"listing the batches", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/batches"}, 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, b := check(t, e, tc.path, tc.headers)
+			if res.StatusCode != tc.status || res.Header.Get("X-Service-Error-Code") != tc.code {
+				t.Fatalf("%d %q %s, want %d %q", res.StatusCode, res.Header.Get("X-Service-Error-Code"), b, tc.status, tc.code)
+			}
+			if tc.status != 200 && res.Header.Get("X-Service-Request-Id") != "" {
+				t.Fatal("a refused request was admitted")
+			}
+			if tc.status == 403 && (!strings.Contains(b, `"code":"service_gateway_billing_deferred"`) || !strings.Contains(b, `"endpoint":"`)) {
+				t.Fatalf("403 body %s", b)
+			}
+		})
+	}
+
+	allowing := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.DeferredBillingAllow = "batches" }})
+	w = allowing.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	batch["X-Api-Key"] = w.Key
+	if res, b := check(t, allowing, "", batch); res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("X-Service-Request-Id"), "req_") {
+		t.Fatalf("a batch allowed: %d %s", res.StatusCode, b)
+	}
+	if res, _ := check(t, allowing, "/v1/fine_tuning/jobs", map[string]string{"X-Api-Key": w.Key}); res.StatusCode != 403 {
+		t.Fatalf("a fine-tuning job beside an allowed batch: %d", res.StatusCode)
+	}
+}
