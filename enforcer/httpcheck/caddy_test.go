@@ -2,6 +2,7 @@ package httpcheck_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/tollgate-dev/tollgate/internal/testio"
 
@@ -142,6 +145,24 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 		t.Fatalf("a batch through Caddy: %d %s", res.StatusCode, body)
 	}
 	path = "/v1/chat/completions"
+	// So is a WebSocket: once upgraded, a Realtime session's messages pass Caddy unread.
+	wsHeader := http.Header{}
+	switch via {
+	case "Authorization":
+		wsHeader.Set("Authorization", "Bearer "+w.Key)
+	case "":
+		wsHeader.Set("X-Api-Key", w.Key)
+	default:
+		wsHeader.Set(via, w.Key)
+	}
+	wsCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c, res, err := websocket.Dial(wsCtx, "ws://"+caddyAddr+"/v1/realtime?model=gpt-realtime", &websocket.DialOptions{HTTPHeader: wsHeader}); err == nil {
+		c.CloseNow()
+		t.Fatal("a Realtime WebSocket through Caddy was admitted")
+	} else if res == nil || res.StatusCode != 403 || res.Header.Get("X-Service-Error-Code") != "service_gateway_billing_deferred" {
+		t.Fatalf("a Realtime WebSocket through Caddy: %v %v", res, err)
+	}
 	admitted := 0
 	for {
 		res, body := call("Connection", listed)

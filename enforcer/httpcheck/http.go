@@ -132,7 +132,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cred := gate.CredentialsFrom(r.Header)
-	if a, refused := h.deferredRefusal(r.Context(), cred, method, path); refused {
+	if a, refused := h.deferredRefusal(r.Context(), cred, method, path, webSocket(r.Header)); refused {
 		gate.WriteHTTP(w, a.Status, a.DeniedHeaders(), a.Body)
 		return
 	}
@@ -216,8 +216,10 @@ func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal
 
 // deferredRefusal is the refusal of a request whose cost the provider bills later, out
 // of the enforcer's sight, when its method and path say so (requestbody.Deferred: a
-// batch, a fine-tuning job, a Realtime client secret...) and the operator does not
-// allow that endpoint: the 403 the gateway and ext_proc answer
+// batch, a fine-tuning job, a Realtime client secret...), or a WebSocket upgrade (a
+// Realtime session: once upgraded its messages pass the proxy unread, and nobody
+// reports their usage; ext_proc refuses it so too), and the operator does not allow
+// that endpoint: the 403 the gateway and ext_proc answer
 // (gate.BillingDeferredRefusal), counted as theirs is under billing_deferred. Without it
 // a member behind forward-auth sent a batch of any size at about no charge. Whatever
 // the check would refuse without the body comes first, as at the other front doors,
@@ -225,8 +227,11 @@ func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal
 // (401), a spent limit (429), a suspended capture (503). Nothing is started. The kinds
 // only a body tells (a Responses call run in the background, a container named in a
 // tool) are not seen here: docs/enforcer.md, "Deferred billing".
-func (h *Handler) deferredRefusal(ctx context.Context, cred gate.Credentials, method, path string) (gate.Answer, bool) {
+func (h *Handler) deferredRefusal(ctx context.Context, cred gate.Credentials, method, path string, webSocket bool) (gate.Answer, bool) {
 	endpoint := requestbody.Deferred(method, path, false)
+	if endpoint == "" && webSocket {
+		endpoint = requestbody.DeferredRealtime
+	}
 	if endpoint == "" || h.cfg.AllowDeferred.Allows(endpoint) {
 		return gate.Answer{}, false
 	}
@@ -236,6 +241,14 @@ func (h *Handler) deferredRefusal(ctx context.Context, cred gate.Credentials, me
 	a := gate.BillingDeferredRefusal(endpoint)
 	h.gate.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
 	return a, true
+}
+
+// webSocket tells whether the request the proxy asks about upgrades to a WebSocket
+// (Upgrade: websocket, as ext_proc reads it): Caddy's forward_auth sends /check the
+// client's Upgrade header (the shipped Caddyfile keeps it for a WebSocket only);
+// Traefik's forwardAuth sends none.
+func webSocket(h http.Header) bool {
+	return strings.EqualFold(strings.TrimSpace(h.Get("Upgrade")), "websocket")
 }
 
 // tollgateKeyInQuery tells whether a parameter of the query carries a Tollgate

@@ -518,6 +518,11 @@ func TestCheckRefusesWhatIsBilledLater(t *testing.T) {
 		{"a spent limit first", "", map[string]string{"X-Api-Key": blocked.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"},
 			429, "service_gateway_usage_limit_exceeded"},
 		{"listing the batches", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/batches"}, 200, ""},
+		// A WebSocket passes the proxy unread once upgraded (a Realtime session): nobody
+		// reports its usage, as ext_proc refuses it for (Caddy's forward_auth sends /check
+		// the Upgrade header).
+		{"a Realtime WebSocket", "", map[string]string{"X-Api-Key": w.Key, "Upgrade": "websocket", "Connection": "Upgrade",
+			"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/realtime?model=gpt-realtime"}, 403, "service_gateway_billing_deferred"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, b := check(t, e, tc.path, tc.headers)
@@ -533,11 +538,15 @@ func TestCheckRefusesWhatIsBilledLater(t *testing.T) {
 		})
 	}
 
-	allowing := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.DeferredBillingAllow = "batches" }})
+	allowing := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.DeferredBillingAllow = "batches,realtime_sessions" }})
 	w = allowing.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	batch["X-Api-Key"] = w.Key
 	if res, b := check(t, allowing, "", batch); res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("X-Service-Request-Id"), "req_") {
 		t.Fatalf("a batch allowed: %d %s", res.StatusCode, b)
+	}
+	if res, b := check(t, allowing, "", map[string]string{"X-Api-Key": w.Key, "Upgrade": "websocket", "Connection": "Upgrade",
+		"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/realtime?model=gpt-realtime"}); res.StatusCode != 200 {
+		t.Fatalf("a WebSocket allowed: %d %s", res.StatusCode, b)
 	}
 	if res, _ := check(t, allowing, "/v1/fine_tuning/jobs", map[string]string{"X-Api-Key": w.Key}); res.StatusCode != 403 {
 		t.Fatalf("a fine-tuning job beside an allowed batch: %d", res.StatusCode)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tollgate-dev/tollgate/enforcer/app"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
@@ -20,10 +21,11 @@ import (
 // connection once the upstream answered 101, and the client would send every further
 // request as an HTTP/2 stream straight to the provider, none of them checked, none with
 // a request id anyone could settle. A WebSocket (the Realtime API) still goes through,
-// its request id with it.
+// its request id with it, where the operator lets Realtime sessions through (billed out
+// of the enforcer's sight: by default /check refuses them, TestCheckRefusesWhatIsBilledLater).
 func TestCaddyForwardAuthTunnelsOnlyWebSockets(t *testing.T) {
 	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
-	e := enforcertest.New(t, enforcertest.Options{})
+	e := enforcertest.New(t, enforcertest.Options{Config: func(c *app.Config) { c.DeferredBillingAllow = "realtime_sessions" }})
 	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
 	up := testio.NewUpgradingUpstream(t)
 	caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, strings.TrimPrefix(e.HTTPURL, "http://"), up.Addr, nil)
