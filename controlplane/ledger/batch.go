@@ -217,6 +217,10 @@ type attempt[I comparable, R any] struct {
 	results map[I]R
 	// versions are the mirror versions the writes bump, filled in once writes has run.
 	versions map[string]int64
+	// current are mirror versions the writes read without moving them, filled in
+	// likewise: of records written again only where Redis has an older one
+	// (Mirror.RefreshOlder).
+	current map[string]int64
 	// writes are sent with the COMMIT.
 	writes *pgx.Batch
 	// complete, when set, runs after the commit: it fills in results from what writes
@@ -285,7 +289,7 @@ func commitBatch[I comparable, R any](ctx context.Context, l *Ledger, k batchKin
 	if k.again != nil {
 		jobs = runAgain(ctx, l, *k.again, jobs, a.results)
 	}
-	l.afterCommit(ctx, a.versions, k.waitMirror, func() {
+	l.afterCommit(ctx, a.versions, a.current, k.waitMirror, func() {
 		for _, j := range jobs {
 			r := a.results[j.item]
 			k.answered(j.item, r)

@@ -21,6 +21,9 @@ import (
 // mirror's to log, count and repair.
 type Mirror interface {
 	Refresh(ctx context.Context, versions map[string]int64)
+	// RefreshOlder is Refresh for the members whose records in Redis are older than
+	// versions (or missing) only: records that may lack a change committed before.
+	RefreshOlder(ctx context.Context, versions map[string]int64)
 }
 
 // Config bounds the batching.
@@ -203,13 +206,14 @@ func sqlClass(pgErr *pgconn.PgError) string {
 	return pgErr.Code[:2]
 }
 
-// afterCommit refreshes the mirror for the bumped members and answers the jobs, beside
+// afterCommit refreshes the mirror for the bumped members (versions), and for the
+// members of current where Redis has an older record, and answers the jobs, beside
 // the lane so the next batch can start committing meanwhile. With wait, the answers go
 // out after the refresh (settlements: the enforcer's next check must see the new
 // spend); without, at once (starts: a created tracking row changes nothing an
 // admission decides on).
-func (l *Ledger) afterCommit(ctx context.Context, versions map[string]int64, wait bool, finish func()) {
-	if len(versions) == 0 || l.mirror == nil {
+func (l *Ledger) afterCommit(ctx context.Context, versions, current map[string]int64, wait bool, finish func()) {
+	if (len(versions) == 0 && len(current) == 0) || l.mirror == nil {
 		finish()
 		return
 	}
@@ -221,7 +225,12 @@ func (l *Ledger) afterCommit(ctx context.Context, versions map[string]int64, wai
 	go func() {
 		defer l.refreshing.Done()
 		defer func() { <-l.refreshes }()
-		l.mirror.Refresh(context.WithoutCancel(ctx), versions)
+		if len(versions) > 0 {
+			l.mirror.Refresh(context.WithoutCancel(ctx), versions)
+		}
+		if len(current) > 0 {
+			l.mirror.RefreshOlder(context.WithoutCancel(ctx), current)
+		}
 		if wait {
 			finish()
 		}

@@ -30,6 +30,10 @@ func (m *blockingMirror) Refresh(context.Context, map[string]int64) {
 	}
 }
 
+func (m *blockingMirror) RefreshOlder(ctx context.Context, versions map[string]int64) {
+	m.Refresh(ctx, versions)
+}
+
 // TestRunLifecycle: New starts nothing (a start waits for Run), Run commits, and on
 // cancel Run returns only after the mirror refresh of a committed batch has finished,
 // so that a program can close Redis after it.

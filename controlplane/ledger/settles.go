@@ -360,6 +360,9 @@ type settlement struct {
 	buckets map[string]*store.BucketDelta
 	members map[string]*store.TrackingDelta
 	bump    map[string]bool
+	// reread are the members of settlements answered duplicate whose records are not
+	// bumped: their records are written again where Redis has an older one (settleOne).
+	reread map[string]bool
 }
 
 func (s *settlement) bucket(orgID, memberID string, b accounting.SnapshotBucket) *store.BucketDelta {
@@ -521,7 +524,7 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 	}
 
 	s := &settlement{now: now, w: store.SettleWrites{CloseState: "settled", FoundVoids: foundVoids}, buckets: map[string]*store.BucketDelta{},
-		members: map[string]*store.TrackingDelta{}, bump: map[string]bool{}}
+		members: map[string]*store.TrackingDelta{}, bump: map[string]bool{}, reread: map[string]bool{}}
 	for m := range state.CreatedTracking {
 		s.bump[m] = true
 	}
@@ -565,6 +568,17 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 			Basis: cost.Basis, PriceSource: cost.PriceSource, Refused: it.GetRefused()})
 		r.Outcome, r.Message = settleOutcomes[d.Outcome], joinMessage(d.Message, notes)
 		r.CostMicroUsd, r.CostSource, r.CostBasis, r.PriceSource = d.Receipt.Cost, d.Receipt.Source, d.Receipt.Basis, d.Receipt.PriceSource
+		if d.Outcome == accounting.Duplicate {
+			// A repeat is usually a retry whose first answer was lost, and the call that
+			// charged it may have ended before its member's record was written (a control
+			// plane killed between its commit and its Redis write marks nothing for
+			// repair): where Redis has a record older than the member's current version
+			// (read with the COMMIT, not moved), it is written again from Postgres under
+			// that version (Mirror.RefreshOlder). Until 2026-12-07 a duplicate wrote
+			// nothing, and the enforcers read the spend from before the settlement until
+			// the member's next one (a member it blocked admitted meanwhile).
+			s.reread[st.MemberID] = true
+		}
 		if d.Outcome != accounting.Settled && d.Outcome != accounting.Promoted {
 			return nil
 		}
@@ -670,7 +684,14 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 	s.finish()
 	writes := &pgx.Batch{}
 	versions := store.QueueSettlementWrites(writes, s.w, now)
-	a := attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes}
+	var reread []string
+	for m := range s.reread {
+		if !s.bump[m] {
+			reread = append(reread, m)
+		}
+	}
+	a := attempt[*settleJob, *internalv1.SettleResult]{results: results, versions: versions, writes: writes,
+		current: store.QueueReadMirrorVersions(writes, reread)}
 	if n := len(s.w.Resolve); n > 0 {
 		// Answered to nobody (the report came long before): counted once committed.
 		a.complete = func() { l.metrics.QuarantineApplied.Add(float64(n)) }

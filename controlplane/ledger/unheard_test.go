@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
@@ -147,6 +149,103 @@ func TestSettlementCommittedUnheardIsMirrored(t *testing.T) {
 	}
 	if got := mirrored(); got != 350 {
 		t.Fatalf("mirrored %d after the settlement whose commit was not heard, want 350 (Postgres has it)", got)
+	}
+	at.Check(t, e.Store)
+}
+
+// A control plane that dies between a settlement's commit and its record's write (a
+// crash, a kill on a rolling deploy) leaves the member's Redis record with the spend from
+// before it, and marks nothing for repair: it never saw the write fail. The enforcer
+// sends the settlement again, to a control plane that answers it duplicate. That answer
+// must write the member's record from Postgres: before, a duplicate moved no spend and
+// wrote no record, so the enforcers read the older spend until the member's next
+// settlement (a member the settlement blocked stayed admitted).
+func TestDuplicateSettlementRewritesAStaleRecord(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	now := e.Clock.Now()
+	mirrored := func() int64 {
+		t.Helper()
+		rec, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
+		if err != nil {
+			t.Fatalf("mirror record: %v", err)
+		}
+		return rec.GetSpend()[0].GetUsedMicroUsd()
+	}
+	settle := func(l *ledger.Ledger, id string, cost int64) *internalv1.SettleResult {
+		t.Helper()
+		res, err := l.Settle(ctx, []*internalv1.SettleItem{{RequestId: id, UpstreamCostMicroUsd: at.Cost(cost), Complete: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+
+	first := at.ReqID()
+	if r := start1(t, e, at.StartItem(first, org, m, now, 0)); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start: %v", r)
+	}
+	if r := settle(e.Ledger, first, 100); r.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("first settlement: %v", r)
+	}
+	if got := mirrored(); got != 100 {
+		t.Fatalf("mirrored %d after the first settlement, want 100", got)
+	}
+
+	// The control plane that dies: it commits, and never writes the record (a ledger
+	// without a mirror does exactly that much).
+	dying := ledger.New(ledger.Deps{Store: e.Store, Clock: e.Clock, Log: e.Log})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- dying.Run(runCtx) }()
+	second := at.ReqID()
+	if r := start1(t, e, at.StartItem(second, org, m, now, 0)); r.GetOutcome() != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start: %v", r)
+	}
+	if r := settle(dying, second, 250); r.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settlement on the control plane that dies: %v", r)
+	}
+	stop()
+	<-done
+	if got := mirrored(); got != 100 {
+		t.Fatalf("mirrored %d: the test did not make the failure it is about (want the record from before, 100)", got)
+	}
+
+	// The enforcer's retry, answered by a live control plane.
+	if r := settle(e.Ledger, second, 250); r.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE {
+		t.Fatalf("the retry: %v (want duplicate)", r)
+	}
+	if got := mirrored(); got != 350 {
+		t.Fatalf("mirrored %d after the duplicate, want 350 (Postgres has it)", got)
+	}
+	// A duplicate whose record is current writes nothing, not even a refused write (its
+	// version is read from Redis first), and moves no version.
+	writes := func() float64 {
+		return testutil.ToFloat64(e.Metrics.MirrorWrites.WithLabelValues("written")) +
+			testutil.ToFloat64(e.Metrics.MirrorWrites.WithLabelValues("stale"))
+	}
+	before := writes()
+	var version int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT version FROM usage_mirror_versions WHERE member_id = $1`, m).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if r := settle(e.Ledger, second, 250); r.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE {
+		t.Fatalf("the second retry: %v (want duplicate)", r)
+	}
+	var after int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT version FROM usage_mirror_versions WHERE member_id = $1`, m).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != version {
+		t.Fatalf("mirror version %d after a duplicate of a current record, want %d (a duplicate moves no version)", after, version)
+	}
+	if got := mirrored(); got != 350 {
+		t.Fatalf("mirrored %d after the second duplicate, want 350", got)
+	}
+	if n := writes() - before; n != 0 {
+		t.Fatalf("%v record writes for a duplicate whose record is current, want none", n)
 	}
 	at.Check(t, e.Store)
 }

@@ -145,6 +145,28 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 	w.write(ctx, recs)
 }
 
+// RefreshOlder is Refresh for the members whose records in Redis are older than
+// versions, or missing: a settlement answered duplicate may have been committed by a
+// control plane that died before it wrote the record (ledger, settleOne). The versions
+// are read from Redis first, one pipeline, so a record that is current (nearly always)
+// costs no read of Postgres. A member whose version Redis did not answer is refreshed:
+// the monotonic write keeps a newer record whatever this one reads.
+func (w *Writer) RefreshOlder(ctx context.Context, versions map[string]int64) {
+	members := make([]string, 0, len(versions))
+	for m := range versions {
+		members = append(members, m)
+	}
+	slices.Sort(members)
+	have, errs := w.layout.ReadVersions(ctx, w.rdb, members)
+	older := map[string]int64{}
+	for i, m := range members {
+		if errs[i] != nil || have[i] < versions[m] {
+			older[m] = versions[m]
+		}
+	}
+	w.Refresh(ctx, older)
+}
+
 // write writes records and accounts for the results. It returns the records that are
 // in Redis now: written, or kept out by a record as new or newer (of any generation).
 //

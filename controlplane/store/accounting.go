@@ -913,6 +913,25 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 	return versions
 }
 
+// QueueReadMirrorVersions queues into b a read of the current mirror versions of
+// members (not moved: nothing is written or locked); the returned map holds them once b
+// has run. A member without a version is left out.
+func QueueReadMirrorVersions(b *pgx.Batch, members []string) map[string]int64 {
+	into := map[string]int64{}
+	if len(members) == 0 {
+		return into
+	}
+	read := sortedUnique(members)
+	b.Queue(`SELECT member_id, version FROM usage_mirror_versions WHERE member_id = ANY($1)`, read).
+		Query(func(r pgx.Rows) error {
+			var id string
+			var v int64
+			_, err := pgx.ForEachRow(r, []any{&id, &v}, func() error { into[id] = v; return nil })
+			return err
+		})
+	return into
+}
+
 func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 	n := len(rs)
 	ids, orgs, members, sources, models, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
