@@ -130,8 +130,15 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 	now := w.clock.Now()
 	in, err := store.LoadMirrorInputs(ctx, w.st.Pool, members, window.Current(now), false)
 	if err != nil {
+		// The change is committed (Postgres failed after its COMMIT) and its records
+		// cannot be built, nor the failure marked in Postgres: the older records are
+		// deleted, as those of a failed write are (write), so that the enforcers resolve
+		// the members through a control plane instead of trusting spend from before the
+		// change. Until 2026-12-07 they stayed, trusted until this process's next
+		// maintenance round, or, when it ended first, until each member's next change.
 		w.metrics.StoreErrors.WithLabelValues("mirror_load").Inc()
-		w.log.Warn("mirror: cannot read records to write; they will be repaired", "members", len(members), "err", err)
+		w.log.Warn("mirror: cannot read records to write; they are deleted and will be repaired", "members", len(members), "err", err)
+		w.forgetRecords(ctx, members)
 		w.remember(members)
 		return
 	}
