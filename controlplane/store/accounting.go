@@ -874,9 +874,9 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 		b.Queue(`UPDATE usage_member_tracking t SET unpriced_requests = usage_saturating_add(t.unpriced_requests, x.unpriced),
 				incomplete_requests = usage_saturating_add(t.incomplete_requests, x.incomplete),
 				estimated_requests = usage_saturating_add(t.estimated_requests, x.estimated),
-				last_settlement_at = CASE WHEN x.last <> '' THEN $5 ELSE t.last_settlement_at END,
-				last_settlement_request_id = CASE WHEN x.last <> '' THEN x.last ELSE t.last_settlement_request_id END,
-				last_settlement_cost_basis = CASE WHEN x.last <> '' THEN x.basis ELSE t.last_settlement_cost_basis END,
+				last_settlement_at = CASE WHEN `+newerSettlement+` THEN $5 ELSE t.last_settlement_at END,
+				last_settlement_request_id = CASE WHEN `+newerSettlement+` THEN x.last ELSE t.last_settlement_request_id END,
+				last_settlement_cost_basis = CASE WHEN `+newerSettlement+` THEN x.basis ELSE t.last_settlement_cost_basis END,
 				updated_at = $5
 			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $6::bigint[], $7::text[])
 				AS x(member_id, unpriced, incomplete, last, estimated, basis)
@@ -912,6 +912,14 @@ func QueueSettlementWrites(b *pgx.Batch, w SettleWrites, now time.Time) map[stri
 	queueBumpVersions(b, w.Bump, versions)
 	return versions
 }
+
+// newerSettlement is whether a batch's settlement of the member (x.last, settled at $5)
+// is at least as recent as the one the tracking row names: two batches of one member
+// may commit in the other order than they began (two control planes, or two lanes of
+// one: the later batch took the row first), and the last settlement fields name the
+// most recent settled receipt. Until 2026-12-07 the batch that committed last wrote its
+// own, older instant and request over newer ones.
+const newerSettlement = `(x.last <> '' AND (t.last_settlement_at IS NULL OR t.last_settlement_at <= $5))`
 
 // QueueReadMirrorVersions queues into b a read of the current mirror versions of
 // members (not moved: nothing is written or locked); the returned map holds them once b
