@@ -97,8 +97,11 @@ type Request struct {
 	// to OutputCap: the largest positive whole number among the top-level n (OpenAI chat
 	// and legacy completions), best_of (legacy completions, which generate best_of and
 	// return n of them) and Gemini's generationConfig.candidateCount; 0 when none is
-	// given (or none is a positive whole number: one choice). At most 2^53, as OutputCap:
-	// an absurd count is bounded by saturation where it is priced, not trusted.
+	// given (or none is a positive whole number: one choice). A legacy completion whose
+	// top-level "prompt" is an array of prompts (strings, or arrays of token ids: a
+	// batch, the last "prompt" counting) asks that many times as many: each prompt gets
+	// its own choices (promptCount). At most 2^53, as OutputCap: an absurd count is
+	// bounded by saturation where it is priced, not trusted.
 	Choices int64
 	// ServerContext: the request continues a context its provider stores, billed as its
 	// input though the body does not carry it (OpenAI Responses' previous_response_id,
@@ -289,7 +292,46 @@ func Input(body []byte) (Request, error) {
 	}
 	r.BodyBytes = len(body)
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
+	if w.prompts > 1 {
+		// A batch of prompts: every prompt generates its own choices.
+		r.Choices = batchChoices(r.Choices, w.prompts)
+	}
 	return *r, nil
+}
+
+// batchChoices is the choices of a batch of prompts prompts, each asking choices (0:
+// one), at most maxCap.
+func batchChoices(choices, prompts int64) int64 {
+	choices = max(choices, 1)
+	if choices > maxCap/prompts {
+		return maxCap
+	}
+	return choices * prompts
+}
+
+// promptCount is how many prompts the well-formed top-level "prompt" value at b[i]
+// holds: an array's elements, each a prompt (a string, or an array of token ids), but
+// one for an array of numbers alone (one prompt written as token ids); 0 for any
+// other value (one prompt, or none: a string, a stored prompt's object). OpenAI's legacy
+// completions and the servers shaped like them (vLLM, SGLang, llama.cpp's) answer each
+// prompt of a batch with its own n choices.
+func promptCount(b []byte, i int) int64 {
+	if b[i] != '[' {
+		return 0
+	}
+	var n int64
+	tokens := true // every element a number
+	for i = jsonscan.SkipSpace(b, i+1); b[i] != ']'; {
+		n++
+		tokens = tokens && jsonscan.IsNumber(b[i])
+		if i = jsonscan.SkipSpace(b, jsonscan.SkipValue(b, i)); b[i] == ',' {
+			i = jsonscan.SkipSpace(b, i+1)
+		}
+	}
+	if tokens && n > 0 {
+		return 1
+	}
+	return n
 }
 
 // requestKey is how the request's own members of one of names are read: kind is what
@@ -374,6 +416,7 @@ func (w *walker) read(what memberRead, start, end int) {
 		r.ServerContext = r.ServerContext || storedReference(b, start, end)
 	case readStoredPrompt: // an object naming one; a string is a legacy completion's text
 		r.ServerContext = r.ServerContext || b[start] == '{' && storedReference(b, start, end)
+		w.prompts = promptCount(b, start) // the last one counts
 	case readMaxToolCalls:
 		r.MaxToolCalls = 0 // anything but a positive whole number caps nothing
 		if jsonscan.IsNumber(b[start]) {
@@ -500,6 +543,9 @@ type walker struct {
 	r     Request
 	bad   bool
 	depth int // the objects and arrays open around the current value
+	// prompts is the top-level "prompt" value's prompts (promptCount): Input multiplies
+	// the choices by them.
+	prompts int64
 }
 
 // fail marks the document refused and returns the index that ends every walk.

@@ -243,6 +243,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"previous_response_id":"","conversation":{"items":[{"id":"x"}]},"prompt":["a"],"pr\u006fmpt":{"\u0069d":"p"}}`,
 		`{"generationConfig":{"candidateCount":"8","maxOutputTokens":"2\u0035"},"generation_config":{"candidate_count":"-3","maxOutputTokens":"99999999999999999999"},"inferenceConfig":{"maxTokens":"7"}}`,
 		`{"generationConfig":{"candidateCount":"+8","maxOutputTokens":" 9"},"generation_config":{"candidate_count":"2.0","maxOutputTokens":""}}`,
+		`{"prompt":["a",[1,2]],"n":3,"prompt":[[1],[2,3],[]],"best_of":2}`, `{"prompt":[1,2.5,-3],"n":2}`, `{"prompt":[],"n":2}`, `{"prompt":["\u0061",{"b":1},null],"pr\u006fmpt":["x","y"]}`,
 		`{"max_tokens":1e400,"n":-1e400,"max_tool_calls":1e999}`, `{"tools":[{"type":"web_search_20250305","max_uses":1e400}]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
@@ -289,6 +290,7 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject
 	}
 	w := decoderWalker{dec: dec, r: &r}
+	var prompts int64 // a legacy completion's batch of prompts
 	for dec.More() {
 		k, err := dec.Token()
 		if err != nil {
@@ -460,6 +462,9 @@ func decoderInput(body []byte) (Request, error) {
 			valueAt += len(body[valueAt:]) - len(bytes.TrimLeft(body[valueAt:], " \t\r\n:"))
 			r.StreamOptions = [2]int{valueAt, int(dec.InputOffset())}
 		}
+		if key == "prompt" { // the last one counts
+			prompts = decoderPrompts(bytes.TrimLeft(body[valueAt:dec.InputOffset()], " \t\r\n:"))
+		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return Request{}, ErrNotObject
@@ -468,12 +473,35 @@ func decoderInput(body []byte) (Request, error) {
 		return Request{}, ErrNotObject // trailing data
 	}
 	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
+	if prompts > 1 { // each prompt of a batch its own choices
+		if r.Choices = max(r.Choices, 1); r.Choices > maxCap/prompts {
+			r.Choices = maxCap
+		} else {
+			r.Choices *= prompts
+		}
+	}
 	t := decoderSearchTools(body)
 	r.WebSearch, r.WebSearchMaxUses, r.FileSearch, r.ImageGeneration, r.Advisor, r.MapsGrounding = t.search, t.maxUses, t.fileSearch, t.images, t.advisor, t.maps
 	r.Container = t.containers
 	r.ServerContext = decoderServerContext(body)
 	r.BodyBytes = len(body) // the body read, whole and well-formed
 	return r, nil
+}
+
+// decoderPrompts is promptCount read with encoding/json: an array's elements, but one
+// for an array of numbers alone; 0 for any other value.
+func decoderPrompts(raw []byte) int64 {
+	var elems []json.RawMessage
+	if json.Unmarshal(raw, &elems) != nil {
+		return 0
+	}
+	for _, e := range elems {
+		var n json.Number
+		if json.Unmarshal(e, &n) != nil || e[0] == '"' {
+			return int64(len(elems))
+		}
+	}
+	return min(int64(len(elems)), 1)
 }
 
 // decoderConfigCap is configCap read with encoding/json: the largest positive whole
@@ -955,6 +983,14 @@ func TestChoices(t *testing.T) {
 		{"null", `{"n":null}`, 0},
 		{"array", `{"n":[4]}`, 0},
 		{"huge, bounded", `{"n":1e300}`, maxCap},
+		{"a batch of prompts", `{"model":"gpt-3.5-turbo-instruct","prompt":["a","b","c"]}`, 3},
+		{"a batch of prompts, each its n", `{"prompt":["a","b"],"n":3,"best_of":4}`, 8},
+		{"a batch of token-id prompts", `{"prompt":[[1,2],[3]],"n":2}`, 4},
+		{"one prompt of token ids", `{"prompt":[1,2,3],"n":2}`, 2},
+		{"one prompt in an array", `{"prompt":["a"],"n":2}`, 2},
+		{"the last prompt counts", `{"prompt":["a","b","c"],"prompt":"d"}`, 0},
+		{"a batch of prompts of an absurd n, bounded", `{"prompt":["a","b"],"n":1e300}`, maxCap},
+		{"a nested prompt is not the request's", `{"metadata":{"prompt":["a","b"]},"input":[{"prompt":["a","b"]}]}`, 0},
 		{"nested is not the request's", `{"metadata":{"n":9},"tools":[{"n":9}],"generationConfig":{"thinkingConfig":{"candidateCount":9}}}`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,8 @@
 // clamped to the model's output limit from the price catalog (a missing cap is that
 // limit; none for an embedding model, which generates nothing), choices the most
 // choices it asks for (OpenAI's n, legacy completions' best_of, Gemini's
-// candidateCount; 1 when none is given: estimate.Request.Choices), each generated and
+// candidateCount; 1 when none is given; times the prompts of a legacy completion's
+// batch, each answered with its own: estimate.Request.Choices), each generated and
 // billed up to the cap (an image generation's n is in its images already,
 // estimate.Request.ImageOutputTokens), and the prices are
 // the catalog's entry for the model, matched the way

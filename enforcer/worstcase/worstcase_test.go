@@ -523,6 +523,12 @@ func TestWorstCaseCountsEveryChoice(t *testing.T) {
 			Cost{MicroUSD: 6 + 3*200*4, Model: "small", InputTokens: 6, OutputTokens: 3 * 200}},
 		{"n given twice: the larger", `{"model":"small","n":6,"n":2,"max_tokens":100,` + msgs + `}`,
 			Cost{MicroUSD: 9 + 6*100*4, Model: "small", InputTokens: 9, OutputTokens: 6 * 100}},
+		// A legacy completion's prompt array is a batch: each prompt (a string, or an
+		// array of token ids) gets its own n (best_of) choices, each up to the cap.
+		{"legacy completions, a batch of prompts", `{"model":"small","prompt":["hell","o wo","rld!"],"max_tokens":200}`,
+			Cost{MicroUSD: 6 + 3*200*4, Model: "small", InputTokens: 6, OutputTokens: 3 * 200}},
+		{"a batch of prompts times best_of", `{"model":"small","prompt":["hello","world!"],"best_of":3,"n":2,"max_tokens":200}`,
+			Cost{MicroUSD: 6 + 2*3*200*4, Model: "small", InputTokens: 6, OutputTokens: 2 * 3 * 200}},
 		{"n=1", `{"model":"small","n":1,"max_tokens":100,` + msgs + `}`,
 			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"no positive whole number asks one", `{"model":"small","n":0,"best_of":-3,"max_tokens":100,` + msgs + `,"generationConfig":{"candidateCount":2.5}}`,
