@@ -9,7 +9,7 @@
 // Tokens(n) = ceil(n / 4): four bytes of UTF-8 text per token, the rule of thumb the
 // providers publish for English text with their byte-pair tokenizers.
 //
-// Input(body) = Tokens(text bytes of the request) + 3 per message + 3, where the text
+// Input(body) = Tokens(text bytes of the request) + token ids + 3 per message + 3, where the text
 // bytes are the UTF-8 bytes of every JSON string value of the body (after unescaping),
 // except the values of keys that name things rather than carry text (model, role, type,
 // id, name of a content part's kind, ...) and the subtrees of keys that carry binary
@@ -17,7 +17,8 @@
 // by its pixels, not its bytes, and counting it as text would overcharge a thousandfold).
 // Messages are the elements of the top-level "messages" array (OpenAI chat completions,
 // Anthropic messages) or "input" array (OpenAI Responses), plus one for a top-level
-// "system" or "instructions"; the per-message and priming overheads are OpenAI's
+// "system" or "instructions"; token ids are a prompt or input written as numbers, one
+// token each (Request.TokenIDs); the per-message and priming overheads are OpenAI's
 // published chat format (3 tokens per message, 3 to prime the reply). Images, audio and
 // files are not estimated at all (0 tokens), so an estimate of a multimodal request is
 // low.
@@ -83,7 +84,14 @@ type Request struct {
 	TextBytes int64
 	// Messages counts the messages (see the package doc).
 	Messages int64
-	// InputTokens is the estimate: Tokens(TextBytes) + PerMessage*Messages + Priming.
+	// TokenIDs counts the token ids the request carries as numbers: the numbers that are
+	// elements of an array under the top-level "prompt", "messages" or "input" (OpenAI's
+	// legacy completions and embeddings take a prompt or input written as an array of
+	// tokens or of token arrays, as vLLM and SGLang do), each one input token. An
+	// element that is a number is no message.
+	TokenIDs int64
+	// InputTokens is the estimate: Tokens(TextBytes) + TokenIDs + PerMessage*Messages +
+	// Priming.
 	InputTokens int64
 	// OutputCap is the most output tokens the request asks for: the largest positive
 	// whole number among the top-level max_tokens (OpenAI chat, Anthropic messages),
@@ -291,7 +299,7 @@ func Input(body []byte) (Request, error) {
 		return Request{}, ErrNotObject
 	}
 	r.BodyBytes = len(body)
-	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
+	r.InputTokens = Tokens(r.TextBytes) + r.TokenIDs + PerMessage*r.Messages + Priming
 	if w.prompts > 1 {
 		// A batch of prompts: every prompt generates its own choices.
 		r.Choices = batchChoices(r.Choices, w.prompts)
@@ -377,7 +385,7 @@ var requestKeys = []requestKey{
 	// legacy completion's prompt is text.
 	{[]string{"previous_response_id"}, name, readServerContext},
 	{[]string{"conversation", "previous_interaction_id", "cachedContent", "cached_content"}, text, readServerContext},
-	{[]string{"prompt"}, text, readStoredPrompt},
+	{[]string{"prompt"}, promptValue, readStoredPrompt},
 	{[]string{"max_tool_calls"}, skipped, readMaxToolCalls},
 	{[]string{"tools"}, text, readTools}, // the tools' definitions are input text
 	{[]string{"guardrailConfig"}, skipped, readGuardrail},
@@ -507,7 +515,9 @@ const (
 	name                         // a string names something (skipValue); a compound value is read as text
 	payload                      // a compound value is a binary payload, skipped (skipTree); a string is text
 	skipped                      // no text in it (inside a payload, and values read for something else)
-	messageList                  // text, and an array's elements are messages
+	messageList                  // text, and an array's elements are messages (tokenText)
+	promptValue                  // text, and an array's elements are tokenText
+	tokenText                    // text, and a number is a token id (an array element under a prompt or input)
 )
 
 // kindOf is what a member's key (as written: quoted, maybe escaped) makes of its value.
@@ -628,6 +638,9 @@ func (w *walker) value(i int, kind valueKind) int {
 	case c == '-' || '0' <= c && c <= '9':
 		// Any number of JSON's grammar, beyond float64's range too (RFC 8259 sets
 		// none): an upstream in Python reads 1e400 as infinity and runs the request.
+		if kind == tokenText {
+			w.r.TokenIDs++
+		}
 		return w.number(i)
 	case c == 't':
 		return w.literal(i, "true")
@@ -718,11 +731,14 @@ func (w *walker) elements(i int, kind valueKind) int {
 		return i + 1
 	}
 	elem := text
-	if kind == payload || kind == skipped {
+	switch kind {
+	case payload, skipped:
 		elem = skipped
+	case messageList, promptValue, tokenText:
+		elem = tokenText
 	}
 	for {
-		if kind == messageList {
+		if kind == messageList && (i >= len(b) || !jsonscan.IsNumber(b[i])) { // a token id is no message
 			w.r.Messages++
 		}
 		if i = w.value(i, elem); w.bad {

@@ -157,6 +157,44 @@ func TestOutputCap(t *testing.T) {
 	}
 }
 
+// TestTokenIDs: a prompt or input written as token ids (OpenAI's legacy completions'
+// and embeddings' "array of tokens" and "array of token arrays", which vLLM and SGLang
+// take too) is that many input tokens, each number one; an array of them is no message
+// apiece. Before, an embedding of 8,000 token ids was estimated at 3 tokens plus 3 per
+// number as messages, and a legacy completion's at 3. Numbers elsewhere (a parameter,
+// a member of an input item) are no tokens. As the reference reads it.
+func TestTokenIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		body     string
+		tokens   int64
+		messages int64
+	}{
+		{"a legacy completion's token ids", `{"model":"davinci-002","prompt":[1212,318,257,1332]}`, 4, 0},
+		{"a batch of token arrays", `{"prompt":[[1,2,3],[4,5]],"max_tokens":5}`, 5, 0},
+		{"an embedding's token ids", `{"model":"text-embedding-3-small","input":[1,2,3,4,5,6]}`, 6, 0},
+		{"an embedding's token arrays", `{"input":[[1,2],[3,4,5]]}`, 5, 2},
+		{"a top-level number is none", `{"prompt":7,"input":8}`, 0, 0},
+		{"numbers of an item are none", `{"input":[{"role":"user","content":"x","index":3,"list":[1,2]}]}`, 0, 1},
+		{"parameters are none", `{"messages":[],"temperature":1,"logit_bias":{"50256":-100},"stop":[1,2]}`, 0, 0},
+		{"a nested prompt is none", `{"metadata":{"prompt":[1,2]}}`, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Input([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Tokens(r.TextBytes) + tc.tokens + PerMessage*tc.messages + Priming
+			if r.Messages != tc.messages || r.InputTokens != want {
+				t.Fatalf("got %+v, want %d token ids, %d messages, %d tokens", r, tc.tokens, tc.messages, want)
+			}
+			if ref, err := decoderInput([]byte(tc.body)); err != nil || ref != r {
+				t.Fatalf("the reference reads %+v (%v), Input %+v", ref, err, r)
+			}
+		})
+	}
+}
+
 func TestInputRefusesWhatIsNotOneObject(t *testing.T) {
 	for _, body := range []string{``, `[]`, `"x"`, `{"model":"m"`, `{"model":"m"} {}`, `{"a":[1,2}`, `not json`} {
 		if _, err := Input([]byte(body)); err == nil {
@@ -244,6 +282,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"generationConfig":{"candidateCount":"8","maxOutputTokens":"2\u0035"},"generation_config":{"candidate_count":"-3","maxOutputTokens":"99999999999999999999"},"inferenceConfig":{"maxTokens":"7"}}`,
 		`{"generationConfig":{"candidateCount":"+8","maxOutputTokens":" 9"},"generation_config":{"candidate_count":"2.0","maxOutputTokens":""}}`,
 		`{"prompt":["a",[1,2]],"n":3,"prompt":[[1],[2,3],[]],"best_of":2}`, `{"prompt":[1,2.5,-3],"n":2}`, `{"prompt":[],"n":2}`, `{"prompt":["\u0061",{"b":1},null],"pr\u006fmpt":["x","y"]}`,
+		`{"input":[1,[2,3],{"a":[4]},"x",[["y",5]]],"messages":[6,{"content":[7]}],"prompt":[8,[9,{"b":10}]],"stop":[11]}`, `{"input":[1e400,-2,0.5],"prompt":1}`,
 		`{"max_tokens":1e400,"n":-1e400,"max_tool_calls":1e999}`, `{"tools":[{"type":"web_search_20250305","max_uses":1e400}]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
@@ -433,7 +472,7 @@ func decoderInput(body []byte) (Request, error) {
 			}
 			continue
 		case "messages", "input":
-			if err := w.value(key, true); err != nil {
+			if _, err := w.value(key, true, true, false); err != nil {
 				return Request{}, ErrNotObject
 			}
 			continue
@@ -449,13 +488,13 @@ func decoderInput(body []byte) (Request, error) {
 			r.Choices = max(r.Choices, decoderConfigChoices(raw, key))
 			sub := decoderWalker{dec: json.NewDecoder(bytes.NewReader(raw)), r: &r}
 			sub.dec.UseNumber()
-			if err := sub.value(key, false); err != nil {
+			if _, err := sub.value(key, false, false, false); err != nil {
 				return Request{}, ErrNotObject
 			}
 			continue
 		}
 		valueAt := int(dec.InputOffset()) // just after the key: white space and the colon follow
-		if err := w.value(key, false); err != nil {
+		if _, err := w.value(key, false, key == "prompt", false); err != nil {
 			return Request{}, ErrNotObject
 		}
 		if key == "stream_options" { // the last one counts
@@ -472,7 +511,7 @@ func decoderInput(body []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, ErrNotObject // trailing data
 	}
-	r.InputTokens = Tokens(r.TextBytes) + PerMessage*r.Messages + Priming
+	r.InputTokens = Tokens(r.TextBytes) + r.TokenIDs + PerMessage*r.Messages + Priming
 	if prompts > 1 { // each prompt of a batch its own choices
 		if r.Choices = max(r.Choices, 1); r.Choices > maxCap/prompts {
 			r.Choices = maxCap
@@ -748,48 +787,56 @@ type decoderWalker struct {
 	r   *Request
 }
 
-// value reads the value of key, counting its text. countElements counts the elements of
-// an array value as messages.
-func (w *decoderWalker) value(key string, countElements bool) error {
+// value reads the value of key, counting its text, and reports whether it was a number.
+// countElements counts the elements of an array value that are no numbers as messages;
+// tokenElems counts the numbers among an array value's elements, and its arrays', as
+// token ids; token counts the value as one if it is a number.
+func (w *decoderWalker) value(key string, countElements, tokenElems, token bool) (bool, error) {
 	t, err := w.dec.Token()
 	if err != nil {
-		return err
+		return false, err
 	}
 	switch v := t.(type) {
 	case string:
 		if !skipValue[key] {
 			w.r.TextBytes += int64(len(v))
 		}
-		return nil
+		return false, nil
+	case json.Number:
+		if token {
+			w.r.TokenIDs++
+		}
+		return true, nil
 	case json.Delim:
 		if skipTree[key] {
-			return w.skip(v)
+			return false, w.skip(v)
 		}
 		if v == '[' {
 			for w.dec.More() {
-				if countElements {
-					w.r.Messages++
+				number, err := w.value("", false, tokenElems, tokenElems)
+				if err != nil {
+					return false, err
 				}
-				if err := w.value("", false); err != nil {
-					return err
+				if countElements && !number {
+					w.r.Messages++
 				}
 			}
 		} else {
 			for w.dec.More() {
 				k, err := w.dec.Token()
 				if err != nil {
-					return err
+					return false, err
 				}
 				name, _ := k.(string)
-				if err := w.value(name, false); err != nil {
-					return err
+				if _, err := w.value(name, false, false, false); err != nil {
+					return false, err
 				}
 			}
 		}
 		_, err := w.dec.Token() // the closing delimiter
-		return err
+		return false, err
 	}
-	return nil // numbers, booleans and null carry no text
+	return false, nil // booleans and null carry no text
 }
 
 // skip reads past the rest of a compound value whose opening delimiter was read.

@@ -529,6 +529,11 @@ func TestWorstCaseCountsEveryChoice(t *testing.T) {
 			Cost{MicroUSD: 6 + 3*200*4, Model: "small", InputTokens: 6, OutputTokens: 3 * 200}},
 		{"a batch of prompts times best_of", `{"model":"small","prompt":["hello","world!"],"best_of":3,"n":2,"max_tokens":200}`,
 			Cost{MicroUSD: 6 + 2*3*200*4, Model: "small", InputTokens: 6, OutputTokens: 2 * 3 * 200}},
+		// Token ids are input tokens, one each.
+		{"a batch of token-id prompts", `{"model":"small","prompt":[[1,2],[3],[4,5,6],[7]],"max_tokens":100}`,
+			Cost{MicroUSD: 3 + 7 + 4*100*4, Model: "small", InputTokens: 3 + 7, OutputTokens: 4 * 100}},
+		{"one prompt of token ids is one", `{"model":"small","prompt":[1,2,3,4],"max_tokens":100}`,
+			Cost{MicroUSD: 3 + 4 + 100*4, Model: "small", InputTokens: 3 + 4, OutputTokens: 100}},
 		{"n=1", `{"model":"small","n":1,"max_tokens":100,` + msgs + `}`,
 			Cost{MicroUSD: 409, Model: "small", InputTokens: 9, OutputTokens: 100}},
 		{"no positive whole number asks one", `{"model":"small","n":0,"best_of":-3,"max_tokens":100,` + msgs + `,"generationConfig":{"candidateCount":2.5}}`,
