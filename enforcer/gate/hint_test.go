@@ -34,6 +34,8 @@ func TestBodyHint(t *testing.T) {
 			"/v1beta/models/gemini-2.5-pro:generateContent", "", "gemini-2.5-pro", false, 0},
 		{"an image generation", `{"model":"gpt-image-1","prompt":"a gate","n":2,"size":"1024x1024","quality":"low"}`, "/v1/images/generations", "",
 			"gpt-image-1", false, 2 * 272},
+		{"an image edit sent as JSON", `{"model":"gpt-image-1","images":[{"file_id":"file-1"}],"prompt":"a gate","n":4,"size":"1024x1536","quality":"high"}`,
+			"/v1/images/edits", "", "gpt-image-1", false, 4 * 6_240},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := gate.BodyHint([]byte(tc.body), tc.path, tc.host)

@@ -98,17 +98,23 @@ type ImageRequest struct {
 // the stream breaks before the usage comes. It is what such a request is charged for
 // output when the answer does not report its usage (inflight.Tracker), and its worst
 // case's output (enforcer/worstcase). It is 0 when the request is not a JSON image
-// generation (POST .../images/generations); see ImageRequest.OutputTokens for the rest.
+// generation (POST .../images/generations) or a JSON image edit (POST .../images/edits
+// with an application/json body, its images given as URLs or file ids, which OpenAI
+// takes beside the multipart form: its n, size, quality and partial_images are a
+// generation's); see ImageRequest.OutputTokens for the rest.
 // Its counts (n, partial_images) are read as the estimator reads a count, whatever way
 // JSON writes the number (4, 4.0 and 4e0 are 4: estimate.PositiveWhole). A body whose
 // fields do not decode (a count or a size of another type) is the dearest request the
 // API takes (MaxImages images of the dearest size and quality, each with
 // MaxPartialImages partial images): whatever an upstream makes of it, it is not free by
-// accident. An image edit is a multipart form, read as it streams (IsImageEdit,
+// accident. An image edit sent as a multipart form is read as it streams (IsImageEdit,
 // FormImageRequest).
 func ImageOutputTokens(path string, body []byte, model string) int64 {
 	// Every request's hint asks: a prefix comparison first spares the others the rest.
-	if !strings.HasPrefix(model, "gpt-image-") || !strings.HasSuffix(comparable(path), "/images/generations") {
+	if !strings.HasPrefix(model, "gpt-image-") {
+		return 0
+	}
+	if p := comparable(path); !strings.HasSuffix(p, "/images/generations") && !strings.HasSuffix(p, "/images/edits") {
 		return 0
 	}
 	var fields struct {

@@ -25,7 +25,7 @@ func TestImageOutputTokens(t *testing.T) {
 		{"the mini model", gen, `{"size":"1024x1024","quality":"medium"}`, "gpt-image-1-mini", 1_056},
 		{"a dated snapshot", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1-2025-04-15", 4_160},
 		{"behind a route prefix, escaped", "/openai/v1/images/generation%73", `{"size":"1024x1024","quality":"high"}`, "gpt-image-1", 4_160},
-		// Not counted: another model's tokens, an edit, other endpoints, what the provider refuses.
+		// Not counted: another model's tokens, other endpoints, what the provider refuses.
 		{"gpt-image-1.5", gen, `{"size":"1024x1536","quality":"high"}`, "gpt-image-1.5", 6_240},
 		{"gpt-image-2, a size of its own", gen, `{"size":"2048x2048","quality":"high"}`, "gpt-image-2", 14_272},
 		{"gpt-image-2, its square at medium quality", gen, `{"size":"1024x1024","quality":"medium","n":2}`, "gpt-image-2-2026-04-21", 2 * 1_756},
@@ -34,7 +34,11 @@ func TestImageOutputTokens(t *testing.T) {
 		{"a model no table knows", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-3", 0},
 		{"a model whose name only begins so", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1.5-turbo", 0},
 		{"DALL-E", gen, `{"size":"1024x1024","quality":"hd"}`, "dall-e-3", 0},
-		{"an edit", "/v1/images/edits", `{"size":"1024x1024"}`, "gpt-image-1", 0},
+		// An edit sent as JSON (OpenAI's images/edits takes application/json: its images
+		// as URLs or file ids) generates its images as a generation does. Before, 0.
+		{"a JSON edit", "/v1/images/edits", `{"images":[{"file_id":"file-1"}],"prompt":"p","size":"1024x1024","quality":"high","n":3}`, "gpt-image-1", 3 * 4_160},
+		{"a JSON edit, escaped behind a prefix", "/openai/v1/images/edit%73", `{"images":[{"image_url":"https://x/y.png"}]}`, "gpt-image-1.5", 6_240},
+		{"a variation", "/v1/images/variations", `{"size":"1024x1024"}`, "gpt-image-1", 0},
 		{"a chat completion", "/v1/chat/completions", `{"n":2}`, "gpt-image-1", 0},
 		{"n of 0", gen, `{"n":0}`, "gpt-image-1", 0},
 		{"n beyond 10", gen, `{"n":11}`, "gpt-image-1", 0},
