@@ -359,8 +359,9 @@ type Hint struct {
 // thousands of tokens, estimate.Request.Unread), so that model is still checked against
 // the unpriced-model rule and noted for the settlement, while the policy's amount is
 // reserved (its input is unknown: Gate.reservation); where the path names none, there
-// is no hint. A body that opens as a JSON object ('{' after white space) and is not one
-// well-formed JSON object is Malformed: the gateway and ext_proc refuse a billed
+// is no hint. A body that opens as a JSON object ('{' after white space; in UTF-16 or
+// UTF-32 too, which Python's upstreams read: requestbody.ReadAsObject) and is not one
+// well-formed JSON object in UTF-8 is Malformed: the gateway and ext_proc refuse a billed
 // request's (requestbody.MalformedRefusal). A leading UTF-8 BOM is the front door's to
 // drop first (requestbody.TrimBOM), so that the body it sends is the one read. The hint
 // names no upstream host (estimate.Request.Host): a front door that knows it from its
@@ -368,7 +369,7 @@ type Hint struct {
 // the client chooses.
 func BodyHint(body []byte, path, host string) Hint {
 	est, err := estimate.Input(body)
-	malformed := err != nil && requestbody.OpensAsObject(body)
+	malformed := err != nil && requestbody.ReadAsObject(body)
 	if err != nil {
 		if requestbody.ModelFromPath(path) == "" {
 			return Hint{Malformed: malformed}

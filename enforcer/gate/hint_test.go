@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
@@ -115,6 +116,19 @@ func TestMalformedJSONBodyHint(t *testing.T) {
 		{"protobuf", "\x12\x03\x0a\x01x", "/v1/chat/completions", false, false},
 		{"a BOM left in", "\ufeff{\"model\":\"gpt-4o\"}", "/v1/chat/completions", false, false},
 		{"the BOM dropped", string(requestbody.TrimBOM([]byte("\ufeff{\"model\":\"gpt-4o\"}"))), "/v1/chat/completions", false, true},
+		// JSON in UTF-16 or UTF-32, which Python's json.loads reads (it finds the encoding
+		// from a BOM or from where the NULs are): FastAPI's upstreams (vLLM, SGLang,
+		// LiteLLM) run it, unread here. Before, such a body went upstream with no model,
+		// no estimate and no usage asked of its stream.
+		{"UTF-16BE", wide(`{"model":"gpt-4o","messages":[]}`, 2, true, false), "/v1/chat/completions", true, false},
+		{"UTF-16LE with its BOM, after white space", wide(" {\"model\":\"gpt-4o\"}", 2, false, true), "/v1/chat/completions", true, false},
+		{"UTF-16LE without a BOM", wide(`{"model":"gpt-4o"}`, 2, false, false), "/v1/chat/completions", true, false},
+		{"UTF-32BE with its BOM", wide(`{"model":"gpt-4o"}`, 4, true, true), "/v1/chat/completions", true, false},
+		{"UTF-32LE", wide("\n{\"model\":\"gpt-4o\"}", 4, false, false), "/v1/chat/completions", true, false},
+		{"binary opening with NULs (an MP4's box)", "\x00\x00\x00\x20ftypisom\x00\x00\x02\x00", "/v1/audio/transcriptions", false, false},
+		{"UTF-16 that is no object", wide(`["gpt-4o"]`, 2, true, false), "/v1/chat/completions", false, false},
+		{"raw PCM opening as UTF-16BE's brace", "\x00{\x01\x02\x7f\x10\x00\x00", "/v1/audio/transcriptions", false, false},
+		{"UTF-16BE cut in a unit", strings.TrimSuffix(wide(`{"model":"gpt-4o"}`, 2, true, false), "}"), "/v1/chat/completions", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := gate.BodyHint([]byte(tc.body), tc.path, "")
@@ -124,4 +138,28 @@ func TestMalformedJSONBodyHint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wide is s (ASCII) written in UTF-16 (size 2) or UTF-32 (size 4), big- or little-endian,
+// with its byte order mark or without.
+func wide(s string, size int, big, bom bool) string {
+	var out []byte
+	unit := func(c rune) {
+		b := make([]byte, size)
+		for i := range size {
+			shift := 8 * i
+			if big {
+				shift = 8 * (size - 1 - i)
+			}
+			b[i] = byte(c >> shift)
+		}
+		out = append(out, b...)
+	}
+	if bom {
+		unit(0xfeff)
+	}
+	for _, c := range s {
+		unit(c)
+	}
+	return string(out)
 }

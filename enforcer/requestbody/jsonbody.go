@@ -17,7 +17,8 @@ const BOM = "\xef\xbb\xbf"
 // of a body that then opens as a JSON object, and sends the body upstream without it
 // (TrimBOM); and it refuses, before anything is admitted or sent, a body of a billed
 // request that opens as a JSON object and is not one well-formed JSON object
-// (OpensAsObject, MalformedRefusal): NaN or Infinity, which Python reads, are no JSON,
+// (ReadAsObject, MalformedRefusal): NaN or Infinity, which Python reads, are no JSON,
+// nor is a body in UTF-16 or UTF-32, which Python reads too (OpensAsWideObject),
 // and a body read one way here and another upstream cannot be charged as well as can be
 // known. A body that does not open as a JSON object (Google's binary protobuf, a form,
 // an upload) is not JSON and is left as it is.
@@ -41,11 +42,91 @@ func OpensAsObject(body []byte) bool {
 	return i < len(body) && body[i] == '{'
 }
 
+// ReadAsObject tells whether an upstream in Python may read body as a JSON object: it
+// opens as one in UTF-8 (OpensAsObject), or in UTF-16 or UTF-32 (OpensAsWideObject). A
+// body that does and is not one well-formed JSON object in UTF-8 is refused
+// (MalformedRefusal).
+func ReadAsObject(body []byte) bool { return OpensAsObject(body) || OpensAsWideObject(body) }
+
+// OpensAsWideObject tells whether body, read in the encoding Python's json.loads finds
+// for bytes, opens as a JSON object and that encoding is UTF-16 or UTF-32: a byte order
+// mark of either, else the NULs of its first bytes (00 xx: UTF-16BE, 00 00: UTF-32BE,
+// xx 00 00 00: UTF-32LE, xx 00: UTF-16LE). FastAPI's upstreams (vLLM, SGLang, LiteLLM)
+// read a body so and run it; here it is no JSON (RFC 8259: UTF-8), so unrefused it went
+// upstream unread: no model checked, no input estimated, no stream asked for its usage.
+// Binary data that opens with NULs (an MP4's box, raw PCM) is not taken for one: the
+// text must open and close as an object.
+func OpensAsWideObject(body []byte) bool {
+	size, big, skip := wideEncoding(body)
+	if size == 0 || (len(body)-skip)%size != 0 { // Python refuses a cut unit
+		return false
+	}
+	unit := func(i int) uint32 {
+		var c uint32
+		for j := range size {
+			k := i + j
+			if !big {
+				k = i + size - 1 - j
+			}
+			c = c<<8 | uint32(body[k])
+		}
+		return c
+	}
+	// The first unit that is no white space, from the start or from the end.
+	first := func(from, step int) uint32 {
+		for i := from; i >= skip && i+size <= len(body); i += step {
+			switch c := unit(i); c {
+			case ' ', '\t', '\r', '\n':
+			default:
+				return c
+			}
+		}
+		return 0
+	}
+	// Opening as an object and closing as one: audio or other binary data whose first
+	// bytes happen to read so (raw PCM opening 00 7B) is not taken for JSON.
+	return first(skip, size) == '{' && first(len(body)-size, -size) == '}'
+}
+
+// wideEncoding is the encoding Python's json.detect_encoding finds for body when it is
+// UTF-16 or UTF-32: its unit's size (0 for any other), whether it is big-endian, and the
+// bytes of its byte order mark.
+func wideEncoding(b []byte) (size int, big bool, skip int) {
+	switch {
+	case bytes.HasPrefix(b, []byte{0x00, 0x00, 0xfe, 0xff}):
+		return 4, true, 4
+	case bytes.HasPrefix(b, []byte{0xff, 0xfe, 0x00, 0x00}):
+		return 4, false, 4
+	case bytes.HasPrefix(b, []byte{0xfe, 0xff}):
+		return 2, true, 2
+	case bytes.HasPrefix(b, []byte{0xff, 0xfe}):
+		return 2, false, 2
+	case bytes.HasPrefix(b, []byte(BOM)):
+		return 0, false, 0
+	case len(b) >= 4 && b[0] == 0:
+		if b[1] != 0 {
+			return 2, true, 0
+		}
+		return 4, true, 0
+	case len(b) >= 4 && b[1] == 0:
+		if b[2] != 0 || b[3] != 0 {
+			return 2, false, 0
+		}
+		return 4, false, 0
+	case len(b) == 2 && b[0] == 0:
+		return 2, true, 0
+	case len(b) == 2 && b[1] == 0:
+		return 2, false, 0
+	}
+	return 0, false, 0
+}
+
 // MalformedRefusal is how a front door answers a billed request's body that opens as a
-// JSON object and is not one well-formed JSON object (RFC 8259, nested at most 10,000
-// deep, as encoding/json reads it; estimate.Input): 400, before anything is admitted or
-// sent, as a compressed body that does not decode (DecodeRefusal).
+// JSON object and is not one well-formed JSON object in UTF-8 (RFC 8259, nested at most
+// 10,000 deep, as encoding/json reads it; estimate.Input; ReadAsObject): 400, before
+// anything is admitted or sent, as a compressed body that does not decode
+// (DecodeRefusal).
 func MalformedRefusal() Refusal {
 	return Refusal{http.StatusBadRequest, "service_gateway_request_body_malformed",
-		"The request body opens as a JSON object but is not one well-formed JSON object (RFC 8259: no NaN, no Infinity, nothing after the object)."}
+		"The request body opens as a JSON object but is not one well-formed JSON object (RFC 8259: UTF-8, no NaN, no Infinity, nothing after the object)."}
 }
