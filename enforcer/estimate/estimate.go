@@ -14,7 +14,8 @@
 // except the values of keys that name things rather than carry text (model, role, type,
 // id, name of a content part's kind, ...) and the subtrees of keys that carry binary
 // payloads (image_url, url, data, file_data, input_audio, ...: a base64 image is billed
-// by its pixels, not its bytes, and counting it as text would overcharge a thousandfold).
+// by its pixels, not its bytes, and counting it as text would overcharge a thousandfold;
+// a content block's "source" is one too, but for a plain-text document's text: sourceKey).
 // Messages are the elements of the top-level "messages" array (OpenAI chat completions,
 // Anthropic messages) or "input" array (OpenAI Responses), plus one for a top-level
 // "system" or "instructions"; token ids are a prompt or input written as numbers, one
@@ -269,8 +270,15 @@ var skipValue = map[string]bool{
 // skipTree are keys whose whole value is a binary payload or a reference to one.
 var skipTree = map[string]bool{
 	"image_url": true, "url": true, "data": true, "file_data": true, "input_audio": true,
-	"image": true, "audio": true, "source": true, "file": true, "metadata": true,
+	"image": true, "audio": true, "file": true, "metadata": true,
 }
+
+// sourceKey is the key of a content block's source (Anthropic's, Bedrock Converse's): a
+// payload (base64 data, a URL, a file id, Bedrock's bytes), but for the text of a
+// plain-text document, billed as input as any text is: Anthropic's {"type": "text",
+// "data": ...} and {"type": "content", "content": [...]}, Bedrock's {"text": ...} and
+// {"content": [...]} (walker.members, sourceMembers).
+const sourceKey = "source"
 
 // Input reads a request body and estimates its input tokens. A body that is not a
 // well-formed JSON object (RFC 8259; nested at most jsonscan.MaxNesting deep) is an
@@ -518,6 +526,7 @@ const (
 	messageList                  // text, and an array's elements are messages (tokenText)
 	promptValue                  // text, and an array's elements are tokenText
 	tokenText                    // text, and a number is a token id (an array element under a prompt or input)
+	sourceValue                  // an object is a source (sourceMembers); anything else is a payload
 )
 
 // kindOf is what a member's key (as written: quoted, maybe escaped) makes of its value.
@@ -528,6 +537,9 @@ func kindOf(key []byte) valueKind {
 		if skipTree[string(raw)] {
 			return payload
 		}
+		if string(raw) == sourceKey {
+			return sourceValue
+		}
 		if skipValue[string(raw)] {
 			return name
 		}
@@ -537,6 +549,8 @@ func kindOf(key []byte) valueKind {
 	switch {
 	case skipTree[k]:
 		return payload
+	case k == sourceKey:
+		return sourceValue
 	case skipValue[k]:
 		return name
 	}
@@ -624,13 +638,18 @@ func (w *walker) value(i int, kind valueKind) int {
 			return w.fail()
 		}
 		var end int
-		if c == '{' {
+		switch {
+		case c == '{' && kind == sourceValue:
+			end = w.members(jsonscan.SkipSpace(b, i+1), sourceMembers)
+		case c == '{':
 			of := textMembers
 			if kind == payload || kind == skipped {
 				of = skippedMembers
 			}
 			end = w.members(jsonscan.SkipSpace(b, i+1), of)
-		} else {
+		case kind == sourceValue:
+			end = w.elements(jsonscan.SkipSpace(b, i+1), payload)
+		default:
 			end = w.elements(jsonscan.SkipSpace(b, i+1), kind)
 		}
 		w.depth--
@@ -659,6 +678,9 @@ const (
 	requestMembers membersOf = iota // the request's own: requestKeys, else kindOf and readOther
 	textMembers                     // kindOf
 	skippedMembers                  // no text in any
+	// sourceMembers: a source's (sourceKey): the text of its "text" and "content", and of
+	// its "data" string when its "type" (the last one) is "text"; nothing else.
+	sourceMembers
 )
 
 // members reads an object's members from b[i] (past the opening brace and white space)
@@ -668,6 +690,8 @@ func (w *walker) members(i int, of membersOf) int {
 	if i < len(b) && b[i] == '}' {
 		return i + 1
 	}
+	var data int64     // a source's "data" text, counted once its type is known
+	plainText := false // a source's "type" is "text"
 	for {
 		if i >= len(b) || b[i] != '"' {
 			return w.fail()
@@ -688,9 +712,12 @@ func (w *walker) members(i int, of membersOf) int {
 		switch {
 		case rk != nil:
 			kind = rk.kind
+		case of == sourceMembers:
+			kind = sourceMemberKind(key)
 		case of != skippedMembers:
 			kind = kindOf(key)
 		}
+		before := w.r.TextBytes
 		if end = w.value(start, kind); w.bad {
 			return end
 		}
@@ -699,12 +726,34 @@ func (w *walker) members(i int, of membersOf) int {
 			w.read(rk.reads, start, end)
 		case of == requestMembers:
 			w.readOther(key, start)
+		case of == sourceMembers && jsonscan.KeyIs(key, "type"):
+			plainText = b[start] == '"' && jsonscan.KeyIs(b[start:end], "text")
+		case of == sourceMembers && jsonscan.KeyIs(key, "data"):
+			data += w.r.TextBytes - before // held until the type is known
+			w.r.TextBytes = before
 		}
 		var closed bool
 		if i, closed = w.next(end, '}'); closed {
+			if plainText {
+				w.r.TextBytes += data
+			}
 			return i
 		}
 	}
+}
+
+// sourceMemberKind is what a source's member (sourceMembers) of key makes of its value:
+// its "text" and "content" are text, its "data" a string of text (counted only when the
+// source's type is "text") or else a payload; any other member (its type, base64 bytes,
+// a URL, a file id, a media type) has no text.
+func sourceMemberKind(key []byte) valueKind {
+	switch {
+	case jsonscan.KeyIs(key, "text"), jsonscan.KeyIs(key, "content"):
+		return text
+	case jsonscan.KeyIs(key, "data"):
+		return payload // a string is text; anything else is skipped
+	}
+	return skipped
 }
 
 // next reads what follows a member or an element that ends at b[i]: past white space, a

@@ -43,6 +43,19 @@ func TestInput(t *testing.T) {
 		{"tools count, parameters do not", `{"model":"m","temperature":0.2,"max_tokens":50,"tools":[{"type":"function","function":{"name":"get_weather",` +
 			`"description":"Weather for a city"}}],"messages":[{"role":"user","content":"x"}]}`, "m", 11 + 18 + 1, 1},
 		{"escapes count as their text", `{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \"q\""}]}`, "m", 9, 1},
+		// A document's source is a payload, but a plain-text one is text, billed as input
+		// (Anthropic's {"type": "text"} and {"type": "content"} sources, Bedrock
+		// Converse's {"text": ...} and {"content": [...]}): its type may follow its data.
+		{"Anthropic's plain-text document", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[{"type":"document",` +
+			`"source":{"type":"text","media_type":"text/plain","data":"The grass is green."}},{"type":"text","text":"Why?"}]}]}`, "claude-sonnet-4-5", 19 + 4, 1},
+		{"its type after its data", `{"messages":[{"content":[{"type":"document","source":{"data":"abcd","media_type":"text/plain","type":"text"}}]}]}`, "", 4, 1},
+		{"a custom content source", `{"messages":[{"content":[{"type":"document","source":{"type":"content","content":[{"type":"text","text":"abcdefgh"},` +
+			`{"type":"image","source":{"type":"base64","data":"` + long + `"}}]}}]}]}`, "", 8, 1},
+		{"Bedrock's text and content sources", `{"messages":[{"content":[{"document":{"format":"txt","source":{"text":"abcd"}}},` +
+			`{"document":{"format":"txt","source":{"content":[{"text":"ef"}]}}}]}]}`, "", 4 + 2, 1},
+		{"a base64 source is no text, whatever its order", `{"messages":[{"content":[{"type":"document","source":{"data":"` + long + `","type":"base64","media_type":"application/pdf"}},` +
+			`{"document":{"format":"pdf","source":{"bytes":"` + long + `"}}},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}`, "", 0, 1},
+		{"a source's last type counts", `{"messages":[{"content":[{"source":{"type":"text","data":"abcd","type":"base64"}},{"source":{"type":"base64","data":"ab","type":"text"}}]}]}`, "", 2, 1},
 		{"no model", `{"messages":[]}`, "", 0, 0},
 		{"model not a string", `{"model":{"x":"y"},"prompt":"abcd"}`, "", 4, 0},
 	} {
@@ -54,6 +67,9 @@ func TestInput(t *testing.T) {
 			want := Tokens(tc.textBytes) + PerMessage*tc.messages + Priming
 			if r.Model != tc.model || r.TextBytes != tc.textBytes || r.Messages != tc.messages || r.InputTokens != want {
 				t.Fatalf("got %+v, want model %q, %d bytes, %d messages, %d tokens", r, tc.model, tc.textBytes, tc.messages, want)
+			}
+			if ref, err := decoderInput([]byte(tc.body)); err != nil || ref != r {
+				t.Fatalf("the reference reads %+v (%v), Input %+v", ref, err, r)
 			}
 		})
 	}
@@ -283,6 +299,8 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"generationConfig":{"candidateCount":"+8","maxOutputTokens":" 9"},"generation_config":{"candidate_count":"2.0","maxOutputTokens":""}}`,
 		`{"prompt":["a",[1,2]],"n":3,"prompt":[[1],[2,3],[]],"best_of":2}`, `{"prompt":[1,2.5,-3],"n":2}`, `{"prompt":[],"n":2}`, `{"prompt":["\u0061",{"b":1},null],"pr\u006fmpt":["x","y"]}`,
 		`{"input":[1,[2,3],{"a":[4]},"x",[["y",5]]],"messages":[6,{"content":[7]}],"prompt":[8,[9,{"b":10}]],"stop":[11]}`, `{"input":[1e400,-2,0.5],"prompt":1}`,
+		`{"source":{"data":"ab","type":"text","text":"cd","content":[{"text":"ef"}],"bytes":"gh","type":"t\u0065xt","data":{"x":"y"}},"x":{"source":["z"]}}`,
+		`{"source":"a string","messages":[{"content":[{"source":{"type":"base64","data":"QUJD","type":["text"]}}]}],"s\u006furce":{"d\u0061ta":"ab","type":"text"}}`,
 		`{"max_tokens":1e400,"n":-1e400,"max_tool_calls":1e999}`, `{"tools":[{"type":"web_search_20250305","max_uses":1e400}]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
@@ -808,8 +826,11 @@ func (w *decoderWalker) value(key string, countElements, tokenElems, token bool)
 		}
 		return true, nil
 	case json.Delim:
-		if skipTree[key] {
+		if skipTree[key] || key == sourceKey && v == '[' {
 			return false, w.skip(v)
+		}
+		if key == sourceKey {
+			return false, w.source()
 		}
 		if v == '[' {
 			for w.dec.More() {
@@ -837,6 +858,49 @@ func (w *decoderWalker) value(key string, countElements, tokenElems, token bool)
 		return false, err
 	}
 	return false, nil // booleans and null carry no text
+}
+
+// source reads the rest of a source object whose opening brace was read: the text of
+// its "text" and "content", and of its "data" string when its last "type" is "text".
+func (w *decoderWalker) source() error {
+	var data int64
+	plainText := false
+	for w.dec.More() {
+		k, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case "text", "content":
+			if _, err := w.value("", false, false, false); err != nil {
+				return err
+			}
+			continue
+		}
+		t, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		s, isString := t.(string)
+		switch k {
+		case "type":
+			plainText = isString && s == "text"
+		case "data":
+			if isString {
+				data += int64(len(s))
+			}
+		}
+		if d, ok := t.(json.Delim); ok {
+			if err := w.skip(d); err != nil {
+				return err
+			}
+		}
+	}
+	if plainText {
+		w.r.TextBytes += data
+	}
+	_, err := w.dec.Token() // the closing brace
+	return err
 }
 
 // skip reads past the rest of a compound value whose opening delimiter was read.
