@@ -79,7 +79,8 @@ func Tokens(n int64) int64 {
 
 // Request is what the estimator read from a request body.
 type Request struct {
-	// Model is the top-level "model" string ("" when absent or not a string).
+	// Model is the top-level "model" string ("" when absent or not a string; of a key
+	// given twice, the last one, whatever it is).
 	Model string
 	// TextBytes is the UTF-8 bytes of the text the request carries (see the package doc).
 	TextBytes int64
@@ -415,6 +416,9 @@ func (w *walker) read(what memberRead, start, end int) {
 	b, r := w.b, &w.r
 	switch what {
 	case readModel:
+		// The last one counts whatever it is: an upstream that takes a null model (vLLM,
+		// SGLang: their served one) does not run the one named before it.
+		r.Model = ""
 		if b[start] == '"' {
 			r.Model = jsonscan.DecodeString(b[start:end])
 		}

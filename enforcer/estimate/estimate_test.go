@@ -58,6 +58,12 @@ func TestInput(t *testing.T) {
 		{"a source's last type counts", `{"messages":[{"content":[{"source":{"type":"text","data":"abcd","type":"base64"}},{"source":{"type":"base64","data":"ab","type":"text"}}]}]}`, "", 2, 1},
 		{"no model", `{"messages":[]}`, "", 0, 0},
 		{"model not a string", `{"model":{"x":"y"},"prompt":"abcd"}`, "", 4, 0},
+		// Of a model given twice the last counts, as the upstreams' parsers read it, a
+		// null too: vLLM and SGLang run their served model for a null one, not the
+		// first one named.
+		{"model given twice", `{"model":"a","m\u006fdel":"gpt-4o"}`, "gpt-4o", 0, 0},
+		{"model given twice, the last null", `{"model":"gpt-4o-mini","messages":[],"model":null}`, "", 0, 0},
+		{"model given twice, the last an object", `{"model":"gpt-4o-mini","model":{"x":"y"}}`, "", 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Input([]byte(tc.body))
@@ -360,9 +366,8 @@ func decoderInput(body []byte) (Request, error) {
 			if err != nil {
 				return Request{}, ErrNotObject
 			}
-			if s, ok := v.(string); ok {
-				r.Model = s
-			} else if d, ok := v.(json.Delim); ok {
+			r.Model, _ = v.(string) // the last one counts, whatever it is
+			if d, ok := v.(json.Delim); ok {
 				if err := w.skip(d); err != nil {
 					return Request{}, ErrNotObject
 				}
