@@ -23,7 +23,7 @@ func RequestModel(bodyModel, path string) string {
 
 // ModelFromPath is the model a request names in its path rather than its body: Gemini's
 // API (POST /v1beta/models/{model}:generateContent, :streamGenerateContent, Vertex AI's
-// .../publishers/google/models/{model}:generateContent), Amazon Bedrock Runtime's
+// .../publishers/google/models/{model}:generateContent; escaped or not), Amazon Bedrock Runtime's
 // (POST /model/{modelId}/invoke, /invoke-with-response-stream, /converse,
 // /converse-stream; the id percent-encoded or not, an inference profile's ARN
 // included). "" when the path names none. The name is cleaned as a body's is
@@ -39,6 +39,15 @@ func pathModel(path string) (string, bool) {
 	path, _, _ = strings.Cut(path, "?") // Envoy's :path carries the query
 	if m, ok := bedrockModel(path); ok {
 		return m, true
+	}
+	// ext_proc sees the path as the client sent it (Envoy's :path), the gateway decoded:
+	// read decoded by both, as the provider reads it ("gemini-2.5-pr%6F%3AgenerateContent"
+	// runs gemini-2.5-pro), so that an escape names the same model through either front
+	// door. A path that does not decode is read as it came.
+	if strings.Contains(path, "%") {
+		if p, err := url.PathUnescape(path); err == nil {
+			path = p
+		}
 	}
 	i := strings.LastIndex(path, "/models/")
 	if i < 0 {

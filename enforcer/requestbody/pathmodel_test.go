@@ -18,6 +18,13 @@ func TestModelFromPath(t *testing.T) {
 		"/v1beta/models/a/b:generateContent":                                                           "",
 		"/v1/chat/completions":                                                                         "",
 		"/v1beta/models/gem\x01ini:generateContent":                                                    "",
+		// Escaped, as ext_proc sees a path (Envoy's :path, as the client sent it): read as
+		// the gateway reads it (decoded), and as the provider does.
+		"/v1beta/models/gemini-2.5-pr%6F:generateContent":       "gemini-2.5-pro",
+		"/v1beta/models/gemini-2.5-pro%3AgenerateContent":       "gemini-2.5-pro",
+		"/v1beta/models/gemini-2.5-pro%3aStreamGenerateContent": "gemini-2.5-pro",
+		"/v1beta/models/a%2Fb:generateContent":                  "",
+		"/v1beta/models/bad%zz:generateContent":                 "bad%zz", // no escape: as it came
 		// Amazon Bedrock Runtime: the id between /model/ and the invocation, encoded or not.
 		"/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke":                                                  "anthropic.claude-sonnet-4-5-20250929-v1:0",
 		"/model/anthropic.claude-3-5-haiku-20241022-v1:0/invoke-with-response-stream":                                "anthropic.claude-3-5-haiku-20241022-v1:0",
@@ -46,6 +53,7 @@ func TestPathModelWinsOverBodyModel(t *testing.T) {
 		// A path that names its model by a name too bad to keep names none: the body's
 		// is not taken in its stead.
 		{"gemini-2.5-flash-lite", "/v1beta/models/gem\x01ini:generateContent", ""},
+		{"models/gemini-2.5-flash-lite", "/v1beta/models/gemini-2.5-pro%3AgenerateContent", "gemini-2.5-pro"}, // escaped as it came to ext_proc
 		{"amazon.nova-micro-v1:0", "/model/" + strings.Repeat("x", requestbody.MaxModelBytes+1) + "/converse", ""},
 		// A path that names none: the body's.
 		{"gpt-4o", "/v1/chat/completions", "gpt-4o"},
