@@ -48,8 +48,9 @@ const (
 	// TTL, after the request.
 	DeferredContextCaches = "context_caches"
 	// DeferredFileIndexing: Gemini File Search's imports (:importFile,
-	// :uploadToFileSearchStore), whose embeddings are billed as the long-running
-	// operation indexes the file.
+	// :uploadToFileSearchStore) and Vertex AI RAG Engine's (.../ragFiles:import,
+	// :upload), whose embeddings are billed as the long-running operation indexes the
+	// file.
 	DeferredFileIndexing = "file_indexing"
 	// DeferredContainers: OpenAI's containers (POST /v1/containers), the code
 	// interpreter's sandboxes, billed by the container session, which outlives the
@@ -168,6 +169,10 @@ func Deferred(method, path string, background bool) string {
 	case strings.HasSuffix(path, "/cachedcontents"):
 		return DeferredContextCaches
 	case strings.HasSuffix(path, ":importFile"), strings.HasSuffix(path, ":uploadToFileSearchStore"),
+		// Vertex AI RAG Engine's imports and uploads: the files are embedded (and parsed
+		// by Gemini with the LLM parser) as the long-running operation runs, billed to
+		// the project then.
+		strings.HasSuffix(path, "/ragfiles:import"), strings.HasSuffix(path, "/ragfiles:upload"),
 		// Mistral's document libraries: a document added or reprocessed is read (OCR) and
 		// indexed, billed as it is.
 		strings.Contains(path, "/libraries/") && (strings.HasSuffix(path, "/documents") || strings.HasSuffix(path, "/reprocess")):

@@ -220,6 +220,13 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/projects/p/locations/us-central1/cachedContents", false, requestbody.DeferredContextCaches},
 		{"POST", "/v1beta/fileSearchStores/s_1:importFile", false, requestbody.DeferredFileIndexing},
 		{"POST", "/upload/v1beta/fileSearchStores/s_1:uploadToFileSearchStore", false, requestbody.DeferredFileIndexing},
+		// Vertex AI RAG Engine's imports and uploads: the embeddings (and an LLM parser's
+		// Gemini calls) are billed to the project as the import runs.
+		{"POST", "/v1beta1/projects/p/locations/us-central1/ragCorpora/123/ragFiles:import", false, requestbody.DeferredFileIndexing},
+		{"POST", "/v1/projects/p/locations/us-central1/ragCorpora/123/ragFiles:import", false, requestbody.DeferredFileIndexing},
+		{"POST", "/upload/v1beta1/projects/p/locations/us-central1/ragCorpora/123/ragFiles:upload", false, requestbody.DeferredFileIndexing},
+		{"POST", "/v1/projects/p/locations/us-central1/ragCorpora", false, ""},
+		{"POST", "/v1/projects/p/locations/us-central1/datasets/d_1:import", false, ""},
 		{"POST", "/v1/containers", false, requestbody.DeferredContainers},
 		{"POST", "/v1/batch/jobs", false, requestbody.DeferredBatches}, // Mistral's
 		{"POST", "/v1/libraries/lib_1/documents", false, requestbody.DeferredFileIndexing},
