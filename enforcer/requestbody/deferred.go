@@ -38,7 +38,8 @@ const (
 	// /v1/deployments, /v1/deployments/{id}/run and /unpause, /v1/dreams), the Gemini
 	// API's agent triggers (POST /v1beta/triggers, /v1beta/triggers/{id}/executions) and
 	// OpenAI's Agents API (POST /v1/agents/sessions, /v1/agents/sessions/{id}/events,
-	// /v1/agents/automations, .../{id}/invocations and /resume, /v1/agents/environments):
+	// /v1/agents/automations, .../{id}/invocations and /resume, /v1/agents/environments)
+	// and Vertex AI Agent Engine's queries (.../reasoningEngines/{id}:query, :streamQuery):
 	// the agent works in the provider's environment, billed for its tokens (and
 	// Anthropic's session hours) as it runs; the request only starts, schedules or
 	// steers it.
@@ -164,7 +165,10 @@ func Deferred(method, path string, background bool) string {
 		// Mistral's workflows: an execution started, restarted, resumed or scheduled.
 		strings.Contains(path, "/workflows/") && (strings.HasSuffix(path, "/execute") || strings.HasSuffix(path, "/start") ||
 			strings.HasSuffix(path, "/restart") || strings.HasSuffix(path, "/trigger") || strings.HasSuffix(path, "/resume")),
-		strings.HasSuffix(path, "/workflows/schedules"):
+		strings.HasSuffix(path, "/workflows/schedules"),
+		// Vertex AI Agent Engine's agents queried: the agent runs at Google, its model
+		// calls billed to the project, its answer the agent's own output.
+		strings.Contains(path, "/reasoningengines/") && (strings.HasSuffix(path, ":query") || strings.HasSuffix(path, ":streamQuery")):
 		return DeferredAgents
 	case strings.HasSuffix(path, "/cachedcontents"):
 		return DeferredContextCaches

@@ -195,6 +195,11 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/sessions", false, requestbody.DeferredAgents},
 		{"POST", "/anthropic/v1/sessions/sesn_1/events", false, requestbody.DeferredAgents},
 		{"POST", "/v1/deployments", false, requestbody.DeferredAgents},
+		// Vertex AI Agent Engine: an agent queried runs at Google, its model calls billed
+		// to the project; its answer is the agent's own output, no usage.
+		{"POST", "/v1/projects/p/locations/us-central1/reasoningEngines/123:query", false, requestbody.DeferredAgents},
+		{"POST", "/v1beta1/projects/p/locations/us-central1/reasoningEngines/123:streamQuery", false, requestbody.DeferredAgents},
+		{"POST", "/v1/projects/p/locations/us-central1/reasoningEngines/123/sessions", false, ""},
 		{"POST", "/v1/deployments/dep_1/run", false, requestbody.DeferredAgents},
 		{"POST", "/v1/deployments/dep_1/unpause", false, requestbody.DeferredAgents},
 		{"POST", "/v1/dreams", false, requestbody.DeferredAgents},
