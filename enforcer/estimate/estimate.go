@@ -103,6 +103,10 @@ type Request struct {
 	// when none is given (or none is a positive whole number: the upstream refuses such a
 	// request). Not an estimate: what the request itself allows (enforcer/worstcase).
 	OutputCap int64
+	// CapKeys says which names gave a cap (a positive whole number) to OutputCap: a
+	// front door that knows the request's API keeps the cap only when one of them is a
+	// name that API reads (requestbody.OutputCapKeys).
+	CapKeys CapKey
 	// Choices is the most choices the request asks for, each generated (and billed) up
 	// to OutputCap: the largest positive whole number among the top-level n (OpenAI chat
 	// and legacy completions), best_of (legacy completions, which generate best_of and
@@ -233,6 +237,17 @@ type Request struct {
 	// sets none, or none that is a positive whole number.
 	MaxToolCalls int64
 }
+
+// CapKey is a set of the names an output cap is given by (Request.CapKeys).
+type CapKey uint8
+
+// The names of an output cap.
+const (
+	CapMaxTokens           CapKey = 1 << iota // the top-level max_tokens
+	CapMaxCompletionTokens                    // the top-level max_completion_tokens
+	CapMaxOutputTokens                        // the top-level max_output_tokens
+	CapSettings                               // a settings object's (generationConfig, inferenceConfig)
+)
 
 // ImageCall is what one call of OpenAI's image generation tool is billed: Tokens of
 // Model's output (one image at the tool's size and quality, and the partial images a
@@ -369,7 +384,9 @@ type memberRead uint8
 const (
 	readNothing memberRead = iota
 	readModel
-	readOutputCap
+	readMaxTokens
+	readMaxCompletionTokens
+	readMaxOutputTokens
 	readChoices
 	readServerContext
 	readStoredPrompt
@@ -388,7 +405,9 @@ const (
 var requestKeys = []requestKey{
 	{[]string{"messages", "input"}, messageList, readNothing},
 	{[]string{"model"}, skipped, readModel},
-	{[]string{"max_tokens", "max_completion_tokens", "max_output_tokens"}, skipped, readOutputCap},
+	{[]string{"max_tokens"}, skipped, readMaxTokens},
+	{[]string{"max_completion_tokens"}, skipped, readMaxCompletionTokens},
+	{[]string{"max_output_tokens"}, skipped, readMaxOutputTokens},
 	{[]string{"n", "best_of"}, skipped, readChoices},
 	// A stored context's reference: an id (skipValue), or an object naming one; a
 	// legacy completion's prompt is text.
@@ -422,10 +441,13 @@ func (w *walker) read(what memberRead, start, end int) {
 		if b[start] == '"' {
 			r.Model = jsonscan.DecodeString(b[start:end])
 		}
-	case readOutputCap:
+	case readMaxTokens, readMaxCompletionTokens, readMaxOutputTokens:
 		if jsonscan.IsNumber(b[start]) {
 			n, _ := positiveWhole(b[start:end]) // beyond float64's range: maxCap
 			r.OutputCap = max(r.OutputCap, n)
+			if n > 0 {
+				r.CapKeys |= CapMaxTokens << (what - readMaxTokens)
+			}
 		}
 	case readChoices: // the largest, as of the caps
 		if jsonscan.IsNumber(b[start]) {
@@ -490,7 +512,10 @@ func (w *walker) readOther(key []byte, start int) {
 		// Gemini's generationConfig.maxOutputTokens, Bedrock Converse's
 		// inferenceConfig.maxTokens: the cap in the request's settings object; Gemini's
 		// generationConfig.candidateCount: its choices.
-		w.r.OutputCap = max(w.r.OutputCap, configCap(w.b, start, capKeys, quoted))
+		if n := configCap(w.b, start, capKeys, quoted); n > 0 {
+			w.r.OutputCap = max(w.r.OutputCap, n)
+			w.r.CapKeys |= CapSettings
+		}
 		w.r.Choices = max(w.r.Choices, configCap(w.b, start, choiceKeys, quoted))
 	}
 }

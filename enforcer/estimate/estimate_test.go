@@ -385,6 +385,10 @@ func decoderInput(body []byte) (Request, error) {
 			switch n := v.(type) {
 			case json.Number:
 				*most = max(*most, decoderWhole(n))
+				if name, ok := map[string]CapKey{"max_tokens": CapMaxTokens, "max_completion_tokens": CapMaxCompletionTokens,
+					"max_output_tokens": CapMaxOutputTokens}[key]; ok && decoderWhole(n) > 0 {
+					r.CapKeys |= name
+				}
 			case json.Delim:
 				if err := w.skip(n); err != nil {
 					return Request{}, ErrNotObject
@@ -507,7 +511,10 @@ func decoderInput(body []byte) (Request, error) {
 			if err := dec.Decode(&raw); err != nil {
 				return Request{}, ErrNotObject
 			}
-			r.OutputCap = max(r.OutputCap, decoderConfigCap(raw, key))
+			if n := decoderConfigCap(raw, key); n > 0 {
+				r.OutputCap = max(r.OutputCap, n)
+				r.CapKeys |= CapSettings
+			}
 			r.Choices = max(r.Choices, decoderConfigChoices(raw, key))
 			sub := decoderWalker{dec: json.NewDecoder(bytes.NewReader(raw)), r: &r}
 			sub.dec.UseNumber()

@@ -377,6 +377,11 @@ func BodyHint(body []byte, path, host string) Hint {
 		est = estimate.Request{Unread: true}
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
+	if keys := requestbody.OutputCapKeys(path); keys != 0 && est.CapKeys&keys == 0 {
+		// Capped only by names its API does not read: an upstream that ignores them
+		// generates up to the model's limit.
+		est.OutputCap = 0
+	}
 	est.Regional = requestbody.RegionalEndpoint(path) || requestbody.RegionalHost(host)
 	est.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, est.Model)
 	if est.ImageGeneration {

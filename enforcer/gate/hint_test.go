@@ -163,3 +163,39 @@ func wide(s string, size int, big, bom bool) string {
 	}
 	return string(out)
 }
+
+// TestOutputCapOfTheEndpoint: a cap counts where the path's API reads it. A chat
+// completion reads max_tokens and max_completion_tokens, a Responses call
+// max_output_tokens, a legacy completion and Anthropic's Messages max_tokens; the
+// OpenAI-compatible servers that ignore a field they do not know (vLLM, llama.cpp's,
+// Ollama's) generate up to the model's limit for a body capped only by another API's
+// name, so its worst case is the model's limit (OutputCap 0), not that cap. Before, a
+// chat body with "max_output_tokens": 16 reserved 16 output tokens.
+func TestOutputCapOfTheEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, path string
+		want             int64
+	}{
+		{"chat, max_tokens", `{"model":"m","max_tokens":16}`, "/v1/chat/completions", 16},
+		{"chat, max_completion_tokens", `{"model":"m","max_completion_tokens":16}`, "/v1/chat/completions", 16},
+		{"chat, only the Responses API's name", `{"model":"m","max_output_tokens":16}`, "/v1/chat/completions", 0},
+		{"chat, both: the larger", `{"model":"m","max_output_tokens":16,"max_tokens":32}`, "/v1/chat/completions", 32},
+		{"chat behind Azure's prefix", `{"max_output_tokens":16}`, "/openai/deployments/d/chat/completions", 0},
+		{"Responses, max_output_tokens", `{"model":"m","max_output_tokens":16}`, "/v1/responses", 16},
+		{"Responses, only chat's names", `{"model":"m","max_tokens":16,"max_completion_tokens":8}`, "/v1/responses", 0},
+		{"legacy completions, only chat's new name", `{"model":"m","max_completion_tokens":16}`, "/v1/completions", 0},
+		{"Anthropic, max_tokens", `{"model":"m","max_tokens":16}`, "/v1/messages", 16},
+		{"Anthropic, only the Responses API's name", `{"model":"m","max_output_tokens":16}`, "/v1/messages", 0},
+		{"chat, Gemini's settings", `{"model":"m","generationConfig":{"maxOutputTokens":16}}`, "/v1/chat/completions", 0},
+		{"another API: every name", `{"model":"m","max_output_tokens":16}`, "/api/generate", 16},
+		{"Gemini's settings on its path", `{"generationConfig":{"maxOutputTokens":16}}`, "/v1beta/models/gemini-2.5-pro:generateContent", 16},
+		{"Bedrock's settings on its path", `{"inferenceConfig":{"maxTokens":16}}`, "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse", 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := gate.BodyHint([]byte(tc.body), tc.path, "")
+			if h.Body == nil || h.Body.OutputCap != tc.want {
+				t.Fatalf("hint %+v, want output cap %d", h.Body, tc.want)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -122,4 +123,25 @@ func RegionalEndpoint(path string) bool {
 	}
 	location, _, _ := strings.Cut(path[i+len("/locations/"):], "/")
 	return location != "" && location != "global"
+}
+
+// OutputCapKeys are the names of an output cap the API at path reads
+// (estimate.Request.CapKeys), 0 when it may read any: OpenAI's chat completions
+// (.../chat/completions) max_tokens and max_completion_tokens, its Responses
+// (.../responses) max_output_tokens, a legacy or fill-in-the-middle completion
+// (.../completions) and Anthropic's Messages (.../messages) max_tokens. The
+// OpenAI-compatible servers that ignore a field they do not know (vLLM, llama.cpp's,
+// Ollama's) generate up to the model's limit for a body capped by another API's name
+// alone, so such a cap bounds nothing (gate.BodyHint).
+func OutputCapKeys(path string) estimate.CapKey {
+	path, _, _ = strings.Cut(path, "?")
+	switch p := comparable(path); {
+	case strings.HasSuffix(p, "/chat/completions"):
+		return estimate.CapMaxTokens | estimate.CapMaxCompletionTokens
+	case strings.HasSuffix(p, "/responses"):
+		return estimate.CapMaxOutputTokens
+	case strings.HasSuffix(p, "/completions"), strings.HasSuffix(p, "/messages"):
+		return estimate.CapMaxTokens
+	}
+	return 0
 }
