@@ -119,7 +119,8 @@ type Request struct {
 	Choices int64
 	// ServerContext: the request continues a context its provider stores, billed as its
 	// input though the body does not carry it (OpenAI Responses' previous_response_id,
-	// its conversation, an id or {"id": ...}, and its stored prompt, prompt {"id": ...};
+	// its conversation, an id or {"id": ...}, its stored prompt, prompt {"id": ...}, and
+	// an input item that references a stored one, {"type": "item_reference"};
 	// the Gemini Interactions API's previous_interaction_id; Gemini's cachedContent, an
 	// explicit cache's name, billed as cached input), so its input is unknown
 	// (enforcer/worstcase). A null or empty reference continues nothing; of a key given
@@ -556,6 +557,7 @@ const (
 	promptValue                  // text, and an array's elements are tokenText
 	tokenText                    // text, and a number is a token id (an array element under a prompt or input)
 	sourceValue                  // an object is a source (sourceMembers); anything else is a payload
+	inputItem                    // an element of a messageList: tokenText, and an object is an item (itemMembers)
 )
 
 // kindOf is what a member's key (as written: quoted, maybe escaped) makes of its value.
@@ -670,6 +672,8 @@ func (w *walker) value(i int, kind valueKind) int {
 		switch {
 		case c == '{' && kind == sourceValue:
 			end = w.members(jsonscan.SkipSpace(b, i+1), sourceMembers)
+		case c == '{' && kind == inputItem:
+			end = w.members(jsonscan.SkipSpace(b, i+1), itemMembers)
 		case c == '{':
 			of := textMembers
 			if kind == payload || kind == skipped {
@@ -686,7 +690,7 @@ func (w *walker) value(i int, kind valueKind) int {
 	case c == '-' || '0' <= c && c <= '9':
 		// Any number of JSON's grammar, beyond float64's range too (RFC 8259 sets
 		// none): an upstream in Python reads 1e400 as infinity and runs the request.
-		if kind == tokenText {
+		if kind == tokenText || kind == inputItem {
 			w.r.TokenIDs++
 		}
 		return w.number(i)
@@ -710,6 +714,10 @@ const (
 	// sourceMembers: a source's (sourceKey): the text of its "text" and "content", and of
 	// its "data" string when its "type" (the last one) is "text"; nothing else.
 	sourceMembers
+	// itemMembers: an input item's (an element of the top-level messages or input):
+	// kindOf, and a "type" of "item_reference" (the Responses API's reference to a
+	// stored item, billed as input though the body does not carry it) is ServerContext.
+	itemMembers
 )
 
 // members reads an object's members from b[i] (past the opening brace and white space)
@@ -755,6 +763,8 @@ func (w *walker) members(i int, of membersOf) int {
 			w.read(rk.reads, start, end)
 		case of == requestMembers:
 			w.readOther(key, start)
+		case of == itemMembers && jsonscan.KeyIs(key, "type"):
+			w.r.ServerContext = w.r.ServerContext || b[start] == '"' && jsonscan.KeyIs(b[start:end], "item_reference")
 		case of == sourceMembers && jsonscan.KeyIs(key, "type"):
 			plainText = b[start] == '"' && jsonscan.KeyIs(b[start:end], "text")
 		case of == sourceMembers && jsonscan.KeyIs(key, "data"):
@@ -812,7 +822,9 @@ func (w *walker) elements(i int, kind valueKind) int {
 	switch kind {
 	case payload, skipped:
 		elem = skipped
-	case messageList, promptValue, tokenText:
+	case messageList:
+		elem = inputItem
+	case promptValue, tokenText, inputItem:
 		elem = tokenText
 	}
 	for {

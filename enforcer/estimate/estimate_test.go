@@ -307,6 +307,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"input":[1,[2,3],{"a":[4]},"x",[["y",5]]],"messages":[6,{"content":[7]}],"prompt":[8,[9,{"b":10}]],"stop":[11]}`, `{"input":[1e400,-2,0.5],"prompt":1}`,
 		`{"source":{"data":"ab","type":"text","text":"cd","content":[{"text":"ef"}],"bytes":"gh","type":"t\u0065xt","data":{"x":"y"}},"x":{"source":["z"]}}`,
 		`{"source":"a string","messages":[{"content":[{"source":{"type":"base64","data":"QUJD","type":["text"]}}]}],"s\u006furce":{"d\u0061ta":"ab","type":"text"}}`,
+		`{"input":[{"type":"item_reference","id":"x"},[{"type":"item_reference"}],{"a":{"type":"item_reference"}}],"messages":[{"ty\u0070e":"item_reference"},{"type":["item_reference"]}]}`,
 		`{"max_tokens":1e400,"n":-1e400,"max_tool_calls":1e999}`, `{"tools":[{"type":"web_search_20250305","max_uses":1e400}]}`,
 		`{"max_tokens":1e400}`, `{"a":[1e-400]}`, `{}`, `[]`, `"x"`, `{"a":1} {}`, ``,
 		// What encoding/json's Valid refuses, which the walk checks as it reads.
@@ -634,6 +635,24 @@ func decoderServerContext(body []byte) bool {
 			stored = stored || refers(v, false)
 		case "prompt":
 			stored = stored || refers(v, true)
+		case "input", "messages": // an item that references a stored one
+			var items []json.RawMessage
+			_ = json.Unmarshal(v, &items)
+			for _, item := range items {
+				d := json.NewDecoder(bytes.NewReader(item))
+				if tok, _ := d.Token(); tok != json.Delim('{') {
+					continue
+				}
+				for d.More() {
+					k, _ := d.Token()
+					var m json.RawMessage
+					if d.Decode(&m) != nil {
+						return false
+					}
+					var typ string
+					stored = stored || k == "type" && json.Unmarshal(m, &typ) == nil && typ == "item_reference"
+				}
+			}
 		}
 	}
 	return stored
@@ -1156,6 +1175,12 @@ func TestServerContext(t *testing.T) {
 		{"a reference then null", `{"previous_response_id":"resp_1","previous_response_id":null}`, true},
 		{"null then a reference", `{"conversation":null,"conversation":{"x":1,"id":"conv_1"}}`, true},
 		{"an object's id given twice", `{"prompt":{"id":"pmpt_1","id":""}}`, true},
+		// An input item that references a stored one (the Responses API's item_reference):
+		// billed as input, not in the body.
+		{"an item reference", `{"model":"gpt-5","input":[{"role":"user","content":"x"},{"type":"item_reference","id":"msg_68af"}]}`, true},
+		{"an item reference, escaped", `{"input":[{"id":"fc_1","t\u0079pe":"item_r\u0065ference"}]}`, true},
+		{"an item of another type", `{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"item_reference"}]}]}`, false},
+		{"a nested item_reference is not an input item", `{"input":[{"type":"message","content":[{"type":"item_reference","id":"x"}]}],"metadata":{"type":"item_reference"}}`, false},
 		{"none", `{"model":"gpt-5","input":"x"}`, false},
 		{"null", `{"previous_response_id":null,"conversation":null,"prompt":null,"previous_interaction_id":null,"cachedContent":null}`, false},
 		{"empty", `{"previous_response_id":"","conversation":""}`, false},

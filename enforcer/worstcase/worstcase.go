@@ -30,7 +30,7 @@
 // not know, gives the model a web search tool whose searches it does not cap (they
 // are billed apiece; a capped tool's max_uses, or a grounded prompt billed once, adds
 // its price to the worst case), or continues a context its provider stores (OpenAI
-// Responses' previous_response_id, conversation or stored prompt, Gemini Interactions'
+// Responses' previous_response_id, conversation, stored prompt or item references, Gemini Interactions'
 // previous_interaction_id, Gemini's cachedContent: billed as input, not in the body;
 // Anthropic's API has no such reference, each request carries its whole conversation).
 //
