@@ -77,6 +77,14 @@ type Bucket struct {
 	Exhausted bool
 }
 
+// MayAskForMore reports whether the control plane would take the member's request for
+// an extension of this window: its policy allows asking, its base is above zero and
+// the window's one extension is unused (controlplane/limits.Eligibility, the rest of
+// which a blocked window meets). A 429 offers a way to ask only then.
+func (b *Bucket) MayAskForMore() bool {
+	return b.AllowRequestReset && b.Base > 0 && b.Extension == 0
+}
+
 // Decision is the outcome of Decide. It is a value: no pointers into the record
 // except the policy strings, which are immutable.
 type Decision struct {

@@ -421,7 +421,7 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 			HardLimit:         b.HardLimit,
 			AllowRequestReset: b.AllowRequestReset,
 		})
-		if b.AllowRequestReset && ask == "" {
+		if b.MayAskForMore() && ask == "" {
 			ask = askForMore(askURL, det.ExhaustedBuckets[len(det.ExhaustedBuckets)-1].BucketID, string(b.Window.Timeframe))
 		}
 	}

@@ -88,7 +88,8 @@ type blockedBucketKey struct {
 	timeframe       string
 	start, end      int64
 	used, allowance int64
-	allowReset      bool
+	allowReset      bool // the policy's flag, shown in the details
+	mayAsk          bool // the way to ask is offered (decision.Bucket.MayAskForMore)
 }
 
 // newBlockedMembers keeps at most maxEntries members (at least one per shard), and
@@ -117,7 +118,7 @@ func keyOf(d *decision.Decision, orgID string, now time.Time) blockedKey {
 		}
 		k.buckets[i] = blockedBucketKey{listed: true, timeframe: string(b.Window.Timeframe),
 			start: b.Window.Start.UnixNano(), end: b.Window.End.UnixNano(),
-			used: b.Used, allowance: b.Allowance, allowReset: b.AllowRequestReset}
+			used: b.Used, allowance: b.Allowance, allowReset: b.AllowRequestReset, mayAsk: b.MayAskForMore()}
 	}
 	return k
 }
@@ -183,7 +184,7 @@ func (c *BlockedMembers) refusal(memberID string, now time.Time, gen string) (An
 // ext_authz refusal mostly goes out as the response encoded for the same body before.
 func (c *BlockedMembers) askOf(key blockedKey, memberID string) string {
 	for _, b := range key.buckets {
-		if b.listed && b.allowReset {
+		if b.listed && b.mayAsk {
 			tf := window.Timeframe(b.timeframe)
 			return askForMore(c.askURL, window.BucketID(key.org, memberID, tf, time.Unix(0, b.start)), b.timeframe)
 		}

@@ -291,3 +291,56 @@ func TestPromoHeaderOnlyInPrintableASCII(t *testing.T) {
 		}
 	}
 }
+
+// The 429 offers a way to ask for more only where the control plane would take the
+// request: the policy allows asking, its base is above zero and the window's one
+// extension is unused (controlplane/limits.Eligibility). A member whose extension was
+// approved and who spent it too (the README's quick start: two more calls, then the
+// 429) was told "You may ask for more", and asking was refused 409
+// extension_already_used; a zero base is refused zero_base_allowance. The kept body's
+// ask (askOf) follows the same rule.
+func TestBlockedMessageOffersNoAskTheControlPlaneRefuses(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	decide := func(base, extension, used int64) decision.Decision {
+		var spend []*internalv1.WindowSpend
+		for _, w := range window.Current(now) {
+			spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: used})
+		}
+		rec := &mirror.Record{Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: "om_a", MemberActive: true, CaptureEnabled: true,
+			Limits: []*internalv1.Limit{{Timeframe: "day", PolicyId: "ulp_d", BaseMicroUsd: base, ExtensionMicroUsd: extension,
+				HardLimit: true, AllowRequestReset: true}}},
+			Spend: spend}
+		d := decision.Decide(rec, now, false)
+		if d.Result != decision.Blocked {
+			t.Fatalf("base %d, extension %d, used %d: not blocked: %v", base, extension, used, d.Result)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		name                  string
+		base, extension, used int64
+		ask                   bool
+	}{
+		{"spent, no extension yet", 50000, 0, 50000, true},
+		{"extension granted and spent", 50000, 12500, 70000, false},
+		{"zero base", 0, 0, 0, false},
+	} {
+		d := decide(c.base, c.extension, c.used)
+		b, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
+		var body struct{ Error struct{ Message string } }
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(body.Error.Message, "You may ask for more"); got != c.ask {
+			t.Errorf("%s: message offers asking %v, want %v: %q", c.name, got, c.ask, body.Error.Message)
+		}
+		if (ask != "") != c.ask {
+			t.Errorf("%s: ask %q, want one: %v", c.name, ask, c.ask)
+		}
+		cache := newBlockedMembers(10, 0, metrics.Discard())
+		cache.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
+		if _, kept := cache.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{}); kept != ask {
+			t.Errorf("%s: kept body's ask %q, rendered %q", c.name, kept, ask)
+		}
+	}
+}
