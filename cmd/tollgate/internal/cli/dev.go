@@ -235,8 +235,14 @@ func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string,
 	if err := serveHTTP(ctx, log, "fake upstream", c.UpstreamAddr, up, run); err != nil {
 		return "", err
 	}
+	// Why Caddy is not used, when it is not: an installed Caddy whose Caddyfile is not
+	// found (the default is relative to the repository's root) is not a missing Caddy.
+	why := "Caddy is not installed: using the built-in forward-auth proxy (apt-get install caddy for the real one)"
 	if bin, err := exec.LookPath(c.CaddyBinary); err == nil {
-		if _, statErr := os.Stat(c.Caddyfile); statErr == nil {
+		if _, statErr := os.Stat(c.Caddyfile); statErr != nil {
+			why = fmt.Sprintf("Caddy is installed (%s), but its Caddyfile %s is not found: using the built-in forward-auth proxy "+
+				"(run from the repository's root, or name deploy/caddy/Caddyfile with --caddyfile)", bin, c.Caddyfile)
+		} else {
 			wait, err := demo.StartCaddy(ctx, bin, c.Caddyfile, c.ProxyAddr, c.EnforcerHTTP, c.UpstreamAddr, io.Discard)
 			if err != nil {
 				return "", fmt.Errorf("start caddy: %w", err)
@@ -251,7 +257,7 @@ func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string,
 	if err := serveHTTP(ctx, log, "demo proxy", c.ProxyAddr, px, run); err != nil {
 		return "", err
 	}
-	fmt.Fprintln(stdio.Stdout, "    Caddy is not installed: using the built-in forward-auth proxy (apt-get install caddy for the real one)")
+	fmt.Fprintln(stdio.Stdout, "    "+why)
 	return "http://" + c.ProxyAddr, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -349,5 +350,50 @@ func TestDevRefusesOnePortForTwoAddresses(t *testing.T) {
 		if ExitCode(err) != 2 {
 			t.Errorf("exit code %d, want 2 (a usage error): %v", ExitCode(err), err)
 		}
+	}
+}
+
+// `tollgate dev --forward-auth` with Caddy installed but its Caddyfile not found (the
+// command run outside the repository's root, whose deploy/caddy/Caddyfile the default
+// names, or a mistyped --caddyfile) falls back to the built-in proxy and says why:
+// the Caddyfile it looked for. Before, it said "Caddy is not installed" beside an
+// installed Caddy, and sent the user to apt-get install it. "true" stands for an
+// installed Caddy: only its presence is looked up before the Caddyfile.
+func TestDevSaysWhyCaddyIsNotUsed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "Caddyfile")
+	for _, tc := range []struct {
+		name, binary string
+		want, not    []string
+	}{
+		{"installed, no Caddyfile", "true", []string{"Caddyfile " + missing + " is not found", "--caddyfile"}, []string{"not installed"}},
+		{"not installed", "tollgate-no-such-caddy", []string{"is not installed", "apt-get install caddy"}, []string{"--caddyfile"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			c := devConfig{UpstreamAddr: testio.FreeAddr(t), ProxyAddr: testio.FreeAddr(t), EnforcerHTTP: testio.FreeAddr(t),
+				CaddyBinary: tc.binary, Caddyfile: missing}
+			var out bytes.Buffer
+			done := make(chan error, 2)
+			if _, err := startDemoProxy(ctx, c, IO{Stdout: &out, Stderr: io.Discard}, func(_ string, f func() error) { go func() { done <- f() }() }); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("it printed %q, which does not say %q", out.String(), w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(out.String(), n) {
+					t.Errorf("it printed %q, which says %q", out.String(), n)
+				}
+			}
+			cancel()
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
