@@ -217,3 +217,39 @@ func TestNotesNameEverySidecarPiece(t *testing.T) {
 		t.Error("no values file renders the sidecar ConfigMap")
 	}
 }
+
+// TestNotesBootstrapTheListedAdministrator: the notes' command for the first platform
+// administrator names the first of controlplane.platformAdminEmails, the email the
+// install listed (the chart README's `--set 'controlplane.platformAdminEmails={ops@example.com}'`),
+// and does not claim the email must be listed: bootstrap-admin adds any email to the
+// allowlist itself. Before, the notes said "the email must be in
+// controlplane.platformAdminEmails" beside a command for admin@example.com, which the
+// README's install does not list: followed as written, it made an administrator the
+// operator had not named, and with the default empty list it sent them to upgrade the
+// release for nothing.
+func TestNotesBootstrapTheListedAdministrator(t *testing.T) {
+	helm, _ := needTools(t)
+	chart := notesChart(t)
+	defaults := valueFiles(t)["defaults"]
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"--set", "controlplane.platformAdminEmails={ops@example.com,sre@example.com}"}, "bootstrap-admin --email ops@example.com"},
+		{nil, "bootstrap-admin --email admin@example.com"},
+	} {
+		args := append([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+			"-f", defaults, "--show-only", "templates/zz-notes.yaml"}, tc.set...)
+		out, err := run(helm, args...)
+		if err != nil {
+			t.Fatalf("%v: the notes do not render: %v", tc.set, err)
+		}
+		text := str(decodeAll(t, out)[0], "data", "notes")
+		if !strings.Contains(text, tc.want) {
+			t.Errorf("%v: the notes do not say %q:\n%s", tc.set, tc.want, text)
+		}
+		if strings.Contains(text, "must be in controlplane.platformAdminEmails") {
+			t.Errorf("%v: the notes say the email must be listed; bootstrap-admin lists it:\n%s", tc.set, text)
+		}
+	}
+}
