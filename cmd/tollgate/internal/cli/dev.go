@@ -194,6 +194,11 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	if err := waitOK(ctx, "http://"+c.EnforcerAdmin+"/healthz", errc); err != nil {
 		return stop(err)
 	}
+	// Alive is not ready: an enforcer that cannot read Redis (or that the control plane
+	// refuses) answers every call 503, so the banner would promise calls that fail.
+	if err := waitReady(ctx, "http://"+c.EnforcerAdmin+"/readyz", errc); err != nil {
+		return stop(err)
+	}
 	progress("seeding the demo organization")
 	d, err := seed(ctx, base)
 	if err != nil {
@@ -317,6 +322,50 @@ func waitOK(ctx context.Context, url string, errc <-chan error) error {
 		}
 	}
 	return fmt.Errorf("%s did not answer 200 within 60s", url)
+}
+
+// enforcerReadyWait is how long tollgate dev waits for the enforcer's /readyz once it is
+// alive: it is ready within milliseconds when Redis and the control plane answer.
+var enforcerReadyWait = 20 * time.Second
+
+// readyClient is waitReady's: /readyz reads Redis and asks the control plane, which,
+// when they do not answer, takes longer than a poll of waitOK may.
+var readyClient = &http.Client{Timeout: 15 * time.Second}
+
+// waitReady polls an enforcer's /readyz until it answers 200, and otherwise fails with
+// the reason it gives (its body: "redis unreachable", "internal token rejected", ...).
+func waitReady(ctx context.Context, url string, errc <-chan error) error {
+	reason := "no answer"
+	deadline := time.Now().Add(enforcerReadyWait)
+	for {
+		req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+		if err != nil {
+			return err
+		}
+		if res, err := readyClient.Do(req); err == nil {
+			b, _ := io.ReadAll(io.LimitReader(res.Body, 512))
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+			reason = strings.TrimSpace(string(b))
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	hint := ""
+	if strings.Contains(reason, "redis") {
+		hint = " (is Redis running at TOLLGATE_REDIS_URL? `make run` starts one: `make services`)"
+	}
+	return fmt.Errorf("the enforcer is not ready after %s, every call would answer 503: %s%s", enforcerReadyWait, reason, hint)
 }
 
 // printDemo prints what runs and what to call: the addresses, the demo's users and

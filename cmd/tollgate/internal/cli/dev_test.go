@@ -397,3 +397,39 @@ func TestDevSaysWhyCaddyIsNotUsed(t *testing.T) {
 		})
 	}
 }
+
+// `tollgate dev` against a Redis that does not answer (run without `make run`'s
+// services, or a Redis that died) stops with the enforcer's reason, naming Redis, instead
+// of printing "Tollgate is running" and a banner of calls that each answer 503. Before,
+// it waited only for the enforcer to be alive (/healthz), not ready (/readyz).
+func TestDevStopsWhenTheEnforcerIsNotReady(t *testing.T) {
+	defer func(w time.Duration) { enforcerReadyWait = w }(enforcerReadyWait)
+	enforcerReadyWait = 3 * time.Second
+	env := map[string]string{
+		"TOLLGATE_DATABASE_URL": storetest.URLFor(storetest.NewDatabase(t)),
+		"TOLLGATE_REDIS_URL":    "redis://" + testio.FreeAddr(t) + "/0", // nothing listens there
+		"TOLLGATE_HTTP_ADDR":    testio.FreeAddr(t), "TOLLGATE_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ADMIN_ADDR": testio.FreeAddr(t),
+		"TOLLGATE_ENFORCER_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": testio.FreeAddr(t),
+		"TOLLGATE_DEMO_UPSTREAM_ADDR": testio.FreeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": testio.FreeAddr(t),
+		"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": t.TempDir(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out := &testio.SyncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, []string{"dev"}, func(k string) string { return env[k] }, IO{Stdout: out, Stderr: io.Discard}) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("tollgate dev without Redis is still running:\n%s", out.String())
+	}
+	if err == nil || !strings.Contains(err.Error(), "redis unreachable") || !strings.Contains(err.Error(), "TOLLGATE_REDIS_URL") {
+		t.Errorf("tollgate dev without Redis: %v, want the enforcer's reason naming Redis", err)
+	}
+	if strings.Contains(out.String(), "Tollgate is running") {
+		t.Errorf("tollgate dev without Redis printed the banner:\n%s", out.String())
+	}
+}
