@@ -47,7 +47,9 @@ const (
 
 // FromName derives a slug from an organization's name: its lower-case ASCII letters and
 // digits, each run of anything else one hyphen, cut at derivedLength; "org" for a name
-// with neither.
+// with neither, and "org-" before the one character of a name with only one ("X" is
+// "org-x"), since a slug has at least two (Check): a one-character slug was stored, and
+// no client could send it back.
 func FromName(name string) string {
 	var b strings.Builder
 	hyphen := false
@@ -66,8 +68,11 @@ func FromName(name string) string {
 			break
 		}
 	}
-	if b.Len() == 0 {
+	switch b.Len() {
+	case 0:
 		return "org"
+	case 1:
+		return "org-" + b.String()
 	}
 	return b.String()
 }

@@ -28,11 +28,24 @@ func TestFromName(t *testing.T) {
 		"Ünïcode Straße 2":        "n-code-stra-e-2",
 		"日本":                      "org",
 		"":                        "org",
+		"X":                       "org-x",
 		strings.Repeat("ab ", 30): strings.Repeat("ab-", 14) + "a", // cut at 43, never after a hyphen
 		strings.Repeat("x", 100):  strings.Repeat("x", 43),
 	} {
 		if got := orgslug.FromName(name); got != want {
 			t.Errorf("FromName(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestFromNameIsAValidSlug: a derived slug obeys the rule a given one must (Check). A
+// name with one letter or digit ("X", "Team 7" has two, "7" one) gave a one-character
+// slug, which POST /v1/organizations refuses when sent (2 to 48 characters), so the
+// organization carried a slug no client could send back.
+func TestFromNameIsAValidSlug(t *testing.T) {
+	for _, name := range []string{"X", "7", " x! ", "Ü1", "é", "Acme", "日本", strings.Repeat("ab ", 30)} {
+		if got := orgslug.FromName(name); orgslug.Check(got) != nil {
+			t.Errorf("FromName(%q) = %q, not a valid slug", name, got)
 		}
 	}
 }
