@@ -205,6 +205,14 @@ func (s *Server) acceptInvitation(c *Call) error {
 		if _, err := store.ActiveMember(c.Ctx, tx, inv.OrganizationID, user.ID, store.NoLock); err == nil {
 			return errAlreadyMember()
 		}
+		// A removal ends the invitations to the removed person issued before it: a
+		// leftover one (a resend, or a second inviter's) would otherwise bring back,
+		// uninvited, someone an owner or admin had just removed.
+		if removed, err := store.RemovedSince(c.Ctx, tx, inv.OrganizationID, user.ID, inv.CreatedAt); err != nil {
+			return err
+		} else if removed {
+			return errInvitationExpired()
+		}
 		if org, err = store.OrganizationByID(c.Ctx, tx, inv.OrganizationID); err != nil {
 			return err
 		}

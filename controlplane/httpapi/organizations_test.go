@@ -179,6 +179,53 @@ func TestInvitationEndsWithItsInvitersAuthority(t *testing.T) {
 	accept(eve, ofCat).Expect(t, http.StatusOK)
 }
 
+// TestRemovalEndsEarlierInvitations: removing a member ends every invitation to them that
+// was issued before the removal. An admin who sent an invitation twice (a resend), or
+// two admins who each invited the same person, left one unused after the person joined;
+// once an owner removed them, that leftover token brought them straight back, as
+// whatever role it named, with nobody inviting them again. It now answers what an
+// expired invitation answers and writes nothing; an invitation issued after the removal
+// still admits them.
+func TestRemovalEndsEarlierInvitations(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	admin := e.AddMember(t, owner, "cat", "admin")
+	bob := e.SignUp(t, "bob")
+	invite := func(role string) string {
+		var inv struct{ Token string }
+		e.Do(t, "POST", "/v1/invitations", map[string]string{"email": bob.Email, "role": role}, admin.As()...).
+			Expect(t, http.StatusCreated).Decode(t, &inv)
+		return inv.Token
+	}
+	accept := func(token string) *apitest.Resp {
+		return e.Do(t, "POST", "/v1/invitations/accept", map[string]string{"token": token}, apitest.Session(bob.Token))
+	}
+	first, leftover := invite("member"), invite("admin")
+	e.Clock.Advance(time.Minute)
+	var joined struct{ Member struct{ ID string } }
+	accept(first).Expect(t, http.StatusOK).Decode(t, &joined)
+	e.Clock.Advance(time.Minute)
+	e.Do(t, "DELETE", "/v1/members/"+joined.Member.ID, nil, owner.As()...).Expect(t, http.StatusNoContent)
+	e.Clock.Advance(time.Minute)
+
+	members := count(t, e, "members", "organization_id = $1 AND removed_at IS NULL", owner.OrgID)
+	body := accept(leftover).ExpectError(t, http.StatusConflict, "invitation_expired")
+	if body["message"] != "This invitation has expired; ask for a new one." {
+		t.Fatalf("message %q, want the expired invitation's", body["message"])
+	}
+	if n := count(t, e, "members", "organization_id = $1 AND removed_at IS NULL", owner.OrgID); n != members {
+		t.Fatalf("%d active members, want %d: the removed member came back", n, members)
+	}
+	if n := count(t, e, "invitations", "accepted_at IS NOT NULL AND email_normalized = $1", strings.ToLower(bob.Email)); n != 1 {
+		t.Fatalf("%d of their invitations accepted, want 1", n)
+	}
+
+	// Invited again after the removal: they may join.
+	e.Clock.Advance(time.Minute)
+	accept(invite("member")).Expect(t, http.StatusOK)
+}
+
 func TestMembers(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)

@@ -354,6 +354,15 @@ func InvitationByTokenHash(ctx context.Context, q Querier, hash []byte) (Invitat
 	return inv, notFound(err)
 }
 
+// RemovedSince tells whether the user had a membership of the organization that was
+// removed after instant since: a removal ends the invitations to them issued before it.
+func RemovedSince(ctx context.Context, q Querier, orgID, userID string, since time.Time) (bool, error) {
+	var removed bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM members
+		WHERE organization_id = $1 AND user_id = $2 AND removed_at > $3)`, orgID, userID, since).Scan(&removed)
+	return removed, err
+}
+
 // AcceptInvitation marks an invitation used by a member.
 func AcceptInvitation(ctx context.Context, q Querier, id, memberID string, now time.Time) error {
 	_, err := q.Exec(ctx, `UPDATE invitations SET accepted_at = $2, accepted_member_id = $3 WHERE id = $1`, id, now, memberID)
