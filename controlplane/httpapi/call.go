@@ -82,6 +82,11 @@ func (c *Call) Tx(fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
+// ReadTx runs fn in one read-only REPEATABLE READ transaction on the REST API's share
+// of the pool (store.Share.InReadTx): a view built from several reads that must agree
+// with one another (a usage status) reads one snapshot, and writes and locks nothing.
+func (c *Call) ReadTx(fn func(tx pgx.Tx) error) error { return c.s.db.InReadTx(c.Ctx, fn) }
+
 // AfterCommit registers f to run after the current Tx commits; it is dropped when the
 // transaction rolls back.
 func (c *Call) AfterCommit(f func()) { c.afterCommit = append(c.afterCommit, f) }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tollgate-dev/tollgate/controlplane/accounting"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/limits"
@@ -177,45 +179,55 @@ func statusView(mu store.MemberUsage, tr *limits.Tracking, reserved []int64, now
 	return v, nil
 }
 
-func (s *Server) usageStatusMe(c *Call) error { return s.usageStatus(c, c.Member.ID) }
+func (s *Server) usageStatusMe(c *Call) error { return s.usageStatus(c, c.Member.ID, false) }
 
 func (s *Server) usageStatusMember(c *Call) error {
 	id, err := c.usagePathID("memberId")
 	if err != nil {
 		return err
 	}
-	ok, err := store.ActiveMemberExists(c.Ctx, c.DB(), c.OrgID(), id)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errMemberNotFound()
-	}
-	return s.usageStatus(c, id)
+	return s.usageStatus(c, id, true)
 }
 
-// usageStatus answers a status read: plain reads of the tracking row, the in-flight
-// reservations and the member-period counters, no lock and no write. The tracking row
-// (with the pending count) is read first: a settlement closes its start and charges the
-// counters in one transaction, so when this read finds nothing pending, the counters
-// read after it include every settlement so far, and settlementReady never goes with a
-// spend that misses one. (In the other order a settlement committing between the two
-// reads showed pending 0 next to the spend before it.)
-func (s *Server) usageStatus(c *Call, memberID string) error {
-	tr, err := store.UsageTracking(c.Ctx, c.DB(), memberID)
-	if err != nil {
+// usageStatus answers a status read. Its reads (the member, the tracking row with the
+// pending count, the in-flight reservations, the winners, the counters and each bucket's
+// newest extension request) are one read-only REPEATABLE READ transaction (Call.ReadTx):
+// one snapshot, no lock and no write (rule 19). So a write committing while the read runs
+// shows entirely or not at all: an approval never shows as resetRequestStatus "approved"
+// next to the counters from before its grant (state blocked, extension 0), and a
+// settlement, which closes its start and charges the counters in one transaction, never
+// shows as pending 0 next to the spend from before it. Before, they were separate
+// statements, each seeing what had committed by its own start.
+// checkMember: the member must be active in the organization (else 404); the caller's own
+// read (me) skips it, since authentication found them active.
+func (s *Server) usageStatus(c *Call, memberID string, checkMember bool) error {
+	var v usageStatusView
+	err := c.ReadTx(func(tx pgx.Tx) error {
+		if checkMember {
+			ok, err := store.ActiveMemberExists(c.Ctx, tx, c.OrgID(), memberID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errMemberNotFound()
+			}
+		}
+		tr, err := store.UsageTracking(c.Ctx, tx, memberID)
+		if err != nil {
+			return err
+		}
+		ws := window.Current(c.now)
+		reserved, err := store.InFlightReservations(c.Ctx, tx, memberID, ws[:], c.now.Add(-accounting.GuardHorizon))
+		if err != nil {
+			return err
+		}
+		mu, err := store.LoadMemberUsage(c.Ctx, tx, c.OrgID(), memberID, c.now)
+		if err != nil {
+			return err
+		}
+		v, err = statusView(mu, tr, reserved, c.now)
 		return err
-	}
-	ws := window.Current(c.now)
-	reserved, err := store.InFlightReservations(c.Ctx, c.DB(), memberID, ws[:], c.now.Add(-accounting.GuardHorizon))
-	if err != nil {
-		return err
-	}
-	mu, err := store.LoadMemberUsage(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
-	if err != nil {
-		return err
-	}
-	v, err := statusView(mu, tr, reserved, c.now)
+	})
 	if err != nil {
 		return err
 	}

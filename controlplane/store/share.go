@@ -146,6 +146,19 @@ func (sh *Share) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	})
 }
 
+// InReadTx is Store.InReadTx on a connection of the share; each attempt takes its slot
+// anew.
+func (sh *Share) InReadTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return retryTx(ctx, func() error {
+		release, err := sh.take(ctx)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return sh.st.inTxOnceWith(ctx, readSnapshot, fn)
+	})
+}
+
 // Ping checks a connection of the share.
 func (sh *Share) Ping(ctx context.Context) error {
 	release, err := sh.take(ctx)

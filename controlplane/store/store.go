@@ -172,8 +172,26 @@ func lostBeforeCommit(ctx context.Context, conn *pgx.Conn, err error) bool {
 	return pgconn.SafeToRetry(err) || (conn != nil && conn.IsClosed())
 }
 
+// readSnapshot is the transaction of a read that must be one snapshot: REPEATABLE READ
+// takes the snapshot at its first statement and every later statement reads it, and
+// READ ONLY makes Postgres refuse any write. It takes no lock beyond the ones every
+// SELECT takes, and a read-only transaction never fails serialization.
+var readSnapshot = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+
+// InReadTx runs fn in one read-only REPEATABLE READ transaction (readSnapshot), so that
+// reads of several tables agree with one another: a write that commits while fn runs is
+// seen by none of its statements, rather than by the ones after it only. It retries like
+// InTx.
+func (s *Store) InReadTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return retryTx(ctx, func() error { return s.inTxOnceWith(ctx, readSnapshot, fn) })
+}
+
 func (s *Store) inTxOnce(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := s.Pool.Begin(ctx)
+	return s.inTxOnceWith(ctx, pgx.TxOptions{}, fn)
+}
+
+func (s *Store) inTxOnceWith(ctx context.Context, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
+	tx, err := s.Pool.BeginTx(ctx, opts)
 	if err != nil {
 		// Nothing of fn ran: a failed BEGIN (a connection the pool handed out alive that
 		// Postgres had ended) or a failed acquisition is safe to run again.
