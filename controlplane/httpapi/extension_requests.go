@@ -155,6 +155,9 @@ func (s *Server) decide(c *Call, in any, to string, note func(*fault.Problems) *
 	}
 	var out store.UsageRequest
 	err = c.Tx(func(tx pgx.Tx) error {
+		if err := c.usageManagerNow(tx); err != nil {
+			return err
+		}
 		r, changed, err := extension.Decide(c.Ctx, tx, c, extension.Decision{OrganizationID: c.OrgID(), RequestID: id, To: to,
 			By: c.Member.ID, Note: noteText}, c.now)
 		out = r

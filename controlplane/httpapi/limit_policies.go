@@ -295,6 +295,9 @@ func (s *Server) createUsagePolicy(c *Call) error {
 	pol.CreatedAt, pol.UpdatedAt = c.now, c.now
 	var out store.UsagePolicy
 	err := c.Tx(func(tx pgx.Tx) error {
+		if err := c.usageManagerNow(tx); err != nil {
+			return err
+		}
 		// A policy without assignments reaches nobody, so creating one changes no winner
 		// and needs no fence.
 		if err := store.CreateUsagePolicy(c.Ctx, tx, pol); err != nil {
@@ -333,9 +336,13 @@ type usagePolicyUpdate struct {
 	InFlight          *usageInFlightBody         `json:"inFlight"`
 }
 
-// policyForWrite takes the organization's usage lock (every write that can change who
-// wins holds it) and reads the policy named in the path.
+// policyForWrite holds the caller to the role they have now (usageManagerNow), takes the
+// organization's usage lock (every write that can change who wins holds it) and reads
+// the policy named in the path.
 func (c *Call) policyForWrite(tx pgx.Tx, id string) (store.UsagePolicy, error) {
+	if err := c.usageManagerNow(tx); err != nil {
+		return store.UsagePolicy{}, err
+	}
 	if err := entitlement.Lock(c.Ctx, tx, c.OrgID()); err != nil {
 		return store.UsagePolicy{}, err
 	}
@@ -357,6 +364,17 @@ func (c *Call) assignablePolicy(tx pgx.Tx, id string) (store.UsagePolicy, error)
 	}
 	return p, err
 }
+
+// usageManagerNow reads the caller's membership again inside tx, FOR SHARE, and refuses
+// them unless they are an owner or admin now (managerNow): the route's role check used
+// the membership read at authentication, and a demotion or removal may have committed
+// while the request waited, typically for the usage lock behind an organization-wide
+// fence. Every usage-limit write calls it before the usage lock, the order in which a
+// member's removal takes the member's row and then the usage lock; a demotion or removal
+// still to come waits for the write. Without it an admin demoted to member while their
+// approval waited still granted the extension (rule 6: owners and admins manage
+// policies, assignments and reviews).
+func (c *Call) usageManagerNow(tx pgx.Tx) error { return c.managerNow(tx, store.ForShare) }
 
 func errRevisionOverflow() error {
 	return fault.Conflictf("policy_revision_overflow", "The policy reached the largest revision and cannot change again; create a new policy.")

@@ -1,0 +1,121 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// The usage-limit writes act with the authority their caller holds when they run: an
+// admin demoted to member (or removed) while their write waited, for the organization's
+// usage lock behind another change, is refused, and the write changes nothing. Before,
+// the role read at authentication was trusted: a demoted admin's approval in flight
+// granted the extension, and their policy edits and assignments went through (rule 6:
+// owners and admins manage policies, assignments and reviews).
+//
+// The caller's demotion is written, and the usage lock held, in one transaction of the
+// test; the write is sent meanwhile (its caller still an admin to authentication) and
+// waits, either for the caller's row or for the usage lock; then the demotion commits.
+func TestUsageWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	changes := []struct {
+		name   string
+		sql    string // what happens to the caller meanwhile
+		status int
+		code   string
+	}{
+		{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
+		{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
+	}
+	// Each write's setup makes the organization; changed reads back whether it wrote.
+	type fixture struct {
+		o, bob apitest.Member
+		p      policy
+		req    resetRequest
+	}
+	writes := []struct {
+		name    string
+		request func(f fixture, admin apitest.Member) *apitest.Resp
+		changed func(t *testing.T, f fixture) bool
+	}{
+		{"approve", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "POST", resetsPath+"/"+f.req.ID+"/approve", map[string]any{}, admin.As()...)
+		}, func(t *testing.T, f fixture) bool {
+			_, ext := counter(t, e, f.bob, window.Day)
+			return ext != 0 || requestStatus(t, e, f.req.ID) != "pending"
+		}},
+		{"deny", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "POST", resetsPath+"/"+f.req.ID+"/deny", map[string]any{}, admin.As()...)
+		}, func(t *testing.T, f fixture) bool { return requestStatus(t, e, f.req.ID) != "pending" }},
+		{"update policy", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "PATCH", policiesPath+"/"+f.p.ID, map[string]any{"name": "Daily", "revision": f.p.Revision,
+				"limits": []map[string]any{{"timeframe": "day", "costUsd": "1"}}}, admin.As()...)
+		}, func(t *testing.T, f fixture) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_policies WHERE id = $1 AND revision <> $2`, f.p.ID, f.p.Revision) != 0
+		}},
+		{"remove assignment", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "DELETE", policiesPath+"/"+f.p.ID+"/assignments/"+f.p.Assignments[0].ID, nil, admin.As()...)
+		}, func(t *testing.T, f fixture) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_policy_assignments WHERE policy_id = $1`, f.p.ID) != 1
+		}},
+		{"assign", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "POST", policiesPath+"/"+f.p.ID+"/assignments", map[string]any{"organization": true}, admin.As()...)
+		}, func(t *testing.T, f fixture) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_policy_assignments WHERE policy_id = $1`, f.p.ID) != 1
+		}},
+		{"archive", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "POST", policiesPath+"/"+f.p.ID+"/archive", map[string]any{"revision": f.p.Revision}, admin.As()...)
+		}, func(t *testing.T, f fixture) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_policies WHERE id = $1 AND archived_at IS NOT NULL`, f.p.ID) != 0
+		}},
+		{"create policy", func(f fixture, admin apitest.Member) *apitest.Resp {
+			return e.Do(t, "POST", policiesPath, map[string]any{"name": "Another",
+				"limits": []map[string]any{{"timeframe": "day", "costUsd": "1"}}}, admin.As()...)
+		}, func(t *testing.T, f fixture) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_policies WHERE organization_id = $1`, f.o.OrgID) != 1
+		}},
+	}
+	round := 0
+	for _, ch := range changes {
+		for _, w := range writes {
+			round++
+			t.Run(ch.name+" "+w.name, func(t *testing.T) {
+				var f fixture
+				f.o = e.NewOrg(t, fmt.Sprintf("Acme %d", round))
+				f.bob = e.AddMember(t, f.o, fmt.Sprintf("bob%d", round), "member")
+				f.p = dayPolicy(t, e, f.o, "Daily", "0.00001", nil)
+				f.p = assign(t, e, f.o, f.p.ID, map[string]any{"memberId": f.bob.MemberID})
+				setUsed(t, e, f.bob, window.Day, 10)
+				f.req = decodeReset(t, submit(t, e, f.bob, bucketID(e, f.bob, window.Day), "please").Expect(t, http.StatusOK))
+				admin := e.AddMember(t, f.o, fmt.Sprintf("adam%d", round), "admin")
+
+				hold := openTx(t, e)
+				if _, err := hold.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := hold.Exec(ctx, `SELECT pg_advisory_xact_lock(7311005, hashtext($1))`, f.o.OrgID); err != nil {
+					t.Fatal(err)
+				}
+				answered := make(chan *apitest.Resp, 1)
+				go func() { answered <- w.request(f, admin) }()
+				awaitLockWaits(t, e, 1)
+				if err := hold.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r := <-answered
+				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
+					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
+				}
+				if w.changed(t, f) {
+					t.Fatal("the write went through")
+				}
+			})
+		}
+	}
+}
