@@ -102,6 +102,16 @@ func TestSettlementPricing(t *testing.T) {
 		{"the issue's contract: gpt-4o-mini from the catalog", nil,
 			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			750_000, "catalog_estimate", "catalog", "reported_usage"},
+		// An organization's fine-tuned model: its base's fine-tuned price (0.30, 0.15 and
+		// 1.20 USD per million input, cached and output tokens), priced from the catalog,
+		// not the fallback (the catalog's highest, hundreds of times more).
+		{"an OpenAI fine-tuned model at its fine-tuned price", nil,
+			&internalv1.SettleItem{Model: "ft:gpt-4o-mini-2024-07-18:my-org::AbC123", InputTokens: 1_000_000, CachedInputTokens: 200_000,
+				OutputTokens: 1_000_000, Complete: true},
+			800_000*3/10 + 200_000*15/100 + 1_200_000, "catalog_estimate", "catalog", "reported_usage"},
+		{"a fine-tuned model's checkpoint too", nil,
+			&internalv1.SettleItem{Model: "ft:gpt-4.1-2025-04-14:my-org:support:AbC123:ckpt-step-500", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			3_000_000 + 12_000_000, "catalog_estimate", "catalog", "reported_usage"},
 		{"a cache write at the catalog's cache-write price", nil,
 			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 100_000, CacheCreationInputTokens: 100_000, Complete: true},
 			375_000, "catalog_estimate", "catalog", "reported_usage"},

@@ -810,6 +810,21 @@ func TestLookup(t *testing.T) {
 		{"Gemini's image model's preview finds it", "gemini-3.1-flash-image-preview", "gemini-3.1-flash-image"},
 		{"Gemini's speech model's preview finds it", "models/gemini-3.1-flash-tts-preview", "gemini-3.1-flash-tts"},
 		{"Gemini's lite speech model is not its flash sibling", "gemini-3.8-flash-lite-tts", "gemini-3.8-flash-lite-tts"},
+		// OpenAI's fine-tuned models (ft:<base>:<organization>:<suffix>:<id>, a checkpoint's
+		// :ckpt-step-<n> after it) are priced at their base model's fine-tuned price,
+		// never at the base model's own (cheaper) nor at the fallback price.
+		{"fine-tuned gpt-4o-mini", "ft:gpt-4o-mini-2024-07-18:my-org::AbC123", "ft:gpt-4o-mini"},
+		{"fine-tuned gpt-4.1 with a suffix", "ft:gpt-4.1-2025-04-14:org:suffix:id", "ft:gpt-4.1"},
+		{"fine-tuned gpt-4.1-mini, not gpt-4.1", "ft:gpt-4.1-mini-2025-04-14:org::id", "ft:gpt-4.1-mini"},
+		{"fine-tuned gpt-4.1-nano", "ft:gpt-4.1-nano-2025-04-14:org::id", "ft:gpt-4.1-nano"},
+		{"fine-tuned gpt-4o", "openai/ft:gpt-4o-2024-08-06:org:my-image-classifier:id", "ft:gpt-4o"},
+		{"fine-tuned gpt-3.5-turbo, dated", "ft:gpt-3.5-turbo-0125:org::8ZrB2Fxc", "ft:gpt-3.5-turbo"},
+		{"fine-tuned o4-mini", "ft:o4-mini-2025-04-16:org::id", "ft:o4-mini"},
+		{"fine-tuned davinci-002", "ft:davinci-002:org::id", "ft:davinci-002"},
+		{"fine-tuned babbage-002", "ft:babbage-002:org:x-audio-live:id", "ft:babbage-002"},
+		{"a fine-tuned model's checkpoint", "ft:gpt-4o-mini-2024-07-18:org:custom-suffix:7p4lURel:ckpt-step-1000", "ft:gpt-4o-mini"},
+		{"a fine-tuned model of a base without a fine-tuned price: unpriced", "ft:gpt-4-0613:org::id", ""},
+		{"a fine-tuned model of an unknown base: unpriced, never its base's", "ft:gpt-5-mini-2025-08-07:org::id", ""},
 		{"unknown", "llama-3.1-70b", ""},
 		{"empty", "", ""},
 		{"only dashes", "----", ""},
@@ -1245,6 +1260,39 @@ func TestRegionalPremium(t *testing.T) {
 	for model, want := range map[string]int64{"claude-sonnet-4-5": 10, "claude-haiku-4-5": 10, "claude-opus-4-5": 10, "claude-sonnet-4": 0, "claude-3-5-haiku": 0, "gpt-4o": 0} {
 		if e, ok := Lookup(model); !ok || e.RegionalPremiumPercent != want {
 			t.Errorf("%s: regional premium %d, want %d", model, e.RegionalPremiumPercent, want)
+		}
+	}
+}
+
+// TestFineTunedPrices: OpenAI's fine-tuned models are priced at the fine-tuned inference
+// prices of OpenAI's pricing page (standard, without the data-sharing discount), each
+// class at least its base model's: a fine-tuned model never costs less than its base.
+func TestFineTunedPrices(t *testing.T) {
+	for model, want := range map[string][3]int64{ // input, cached input, output
+		"ft:gpt-4.1-2025-04-14:o::a":      {3_000_000, 750_000, 12_000_000},
+		"ft:gpt-4.1-mini-2025-04-14:o::a": {800_000, 200_000, 3_200_000},
+		"ft:gpt-4.1-nano-2025-04-14:o::a": {200_000, 50_000, 800_000},
+		"ft:gpt-4o-2024-08-06:o::a":       {3_750_000, 1_875_000, 15_000_000},
+		"ft:gpt-4o-mini-2024-07-18:o::a":  {300_000, 150_000, 1_200_000},
+		"ft:o4-mini-2025-04-16:o::a":      {4_000_000, 1_000_000, 16_000_000},
+		"ft:gpt-3.5-turbo-0125:o::a":      {3_000_000, 3_000_000, 6_000_000},
+		"ft:davinci-002:o::a":             {12_000_000, 12_000_000, 12_000_000},
+		"ft:babbage-002:o::a":             {1_600_000, 1_600_000, 1_600_000},
+	} {
+		e, ok := Lookup(model)
+		if got := [3]int64{e.InputPerMillion, e.CachedInputPerMillion, e.OutputPerMillion}; !ok || got != want || e.Provider != "openai" {
+			t.Errorf("%s: %s %v (found %v), want %v", model, e.Model, got, ok, want)
+		}
+	}
+	for _, e := range Default().Entries() {
+		base, ok := strings.CutPrefix(e.Model, "ft:")
+		if !ok {
+			continue
+		}
+		b, ok := Lookup(base)
+		if !ok || e.InputPerMillion < b.InputPerMillion || e.CachedInputPerMillion < b.CachedInputPerMillion ||
+			e.OutputPerMillion < b.OutputPerMillion || e.MaxOutputTokens != b.MaxOutputTokens {
+			t.Errorf("%s (%+v, max %d) is below its base %s (%+v, max %d, found %v)", e.Model, e.Price, e.MaxOutputTokens, b.Model, b.Price, b.MaxOutputTokens, ok)
 		}
 	}
 }

@@ -80,11 +80,34 @@ func StripSnapshot(key string) string {
 	return key
 }
 
+// fineTunedPrefix starts the name of an OpenAI fine-tuned model:
+// ft:<base model>:<organization>:<suffix>:<id>, and a checkpoint's :ckpt-step-<n> after
+// it (ft:gpt-4o-mini-2024-07-18:my-org::AbC123).
+const fineTunedPrefix = "ft:"
+
+// fineTunedBase is ft: and the base model of key, an OpenAI fine-tuned model's
+// (ft:gpt-4o-mini-2024-07-18 for ft:gpt-4o-mini-2024-07-18:my-org::abc123); ok is false
+// for any other key. The catalog names the fine-tuned price of a base model ft:<base>:
+// its snapshot suffix and family prefixes then find it as they find the base's own.
+func fineTunedBase(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, fineTunedPrefix)
+	if !ok {
+		return "", false
+	}
+	base, _, ok := strings.Cut(rest, ":")
+	if !ok || base == "" {
+		return "", false
+	}
+	return fineTunedPrefix + base, true
+}
+
 // Steps are the attempts, in order of preference, to find model in price tables: the
 // exact name; then its Key; then, for an Amazon Bedrock model id, the id as its provider
 // names it, without geography and version (deepseek.r1 for us.deepseek.r1-v1:0: the
 // entry of a model whose bare name says too little), and the key without its provider
-// and geography prefixes (bedrockPrefix); then the key without a snapshot
+// and geography prefixes (bedrockPrefix); for an OpenAI fine-tuned model, ft: and its
+// base model (fineTunedBase), whose family prefixes keep the ft: (a fine-tuned model is
+// never priced as its base, which costs less); then the key without a snapshot
 // suffix; then the family
 // prefixes of that, longest first, each ending just before a '-' (so
 // "gpt-4o-mini-2024-07-18" finds "gpt-4o-mini", and "gpt-4.5-preview" never finds
@@ -103,6 +126,13 @@ func Steps(model string) []Step {
 		return out
 	}
 	out = append(out, Step{Name: k})
+	// An OpenAI fine-tuned model is matched as ft: and its base model (the catalog's
+	// fine-tuned prices, dearer than the base's) after its own key (an organization may
+	// price the model as named), never as its base.
+	if base, ok := fineTunedBase(k); ok {
+		k = base
+		out = append(out, Step{Name: k})
+	}
 	// A Bedrock model id is matched as the provider's own name after its own key
 	// (an organization may price the id as written).
 	if core := bedrockPrefix.ReplaceAllString(k, ""); core != k && core != "" {
