@@ -112,6 +112,11 @@ func TestSettlementPricing(t *testing.T) {
 		{"a fine-tuned model's checkpoint too", nil,
 			&internalv1.SettleItem{Model: "ft:gpt-4.1-2025-04-14:my-org:support:AbC123:ckpt-step-500", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
 			3_000_000 + 12_000_000, "catalog_estimate", "catalog", "reported_usage"},
+		// Azure OpenAI names GPT-3.5 Turbo without the dot: gpt-3.5-turbo's price (0.50
+		// and 1.50 USD per million), not the fallback.
+		{"Azure's gpt-35-turbo at gpt-3.5-turbo's price", nil,
+			&internalv1.SettleItem{Model: "gpt-35-turbo", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true},
+			2_000_000, "catalog_estimate", "catalog", "reported_usage"},
 		{"a cache write at the catalog's cache-write price", nil,
 			&internalv1.SettleItem{Model: "claude-sonnet-4-20250514", InputTokens: 100_000, CacheCreationInputTokens: 100_000, Complete: true},
 			375_000, "catalog_estimate", "catalog", "reported_usage"},

@@ -825,6 +825,13 @@ func TestLookup(t *testing.T) {
 		{"a fine-tuned model's checkpoint", "ft:gpt-4o-mini-2024-07-18:org:custom-suffix:7p4lURel:ckpt-step-1000", "ft:gpt-4o-mini"},
 		{"a fine-tuned model of a base without a fine-tuned price: unpriced", "ft:gpt-4-0613:org::id", ""},
 		{"a fine-tuned model of an unknown base: unpriced, never its base's", "ft:gpt-5-mini-2025-08-07:org::id", ""},
+		// Azure OpenAI names GPT-3.5 Turbo without the dot.
+		{"Azure's gpt-35-turbo", "gpt-35-turbo", "gpt-3.5-turbo"},
+		{"Azure's gpt-35-turbo, dated", "gpt-35-turbo-0125", "gpt-3.5-turbo"},
+		{"Azure's gpt-35-turbo-16k", "gpt-35-turbo-16k", "gpt-3.5-turbo-16k"},
+		{"Azure's gpt-35-turbo-instruct", "azure/gpt-35-turbo-instruct", "gpt-3.5-turbo-instruct"},
+		{"Azure's gpt-35-turbo-1106, its own price", "GPT-35-Turbo-1106", "gpt-3.5-turbo-1106"},
+		{"Azure's fine-tuned gpt-35-turbo: not the base's price", "gpt-35-turbo-0125.ft-0123456789abcdef", ""},
 		{"unknown", "llama-3.1-70b", ""},
 		{"empty", "", ""},
 		{"only dashes", "----", ""},

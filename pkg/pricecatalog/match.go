@@ -101,13 +101,24 @@ func fineTunedBase(key string) (string, bool) {
 	return fineTunedPrefix + base, true
 }
 
+// azureGPT35 starts Azure OpenAI's names of GPT-3.5 Turbo (gpt-35-turbo,
+// gpt-35-turbo-16k, gpt-35-turbo-instruct: Azure's names allow no dot), openAIGPT35
+// OpenAI's; azureFineTuned follows the base model in the name of an Azure fine-tuned
+// model (gpt-35-turbo-0125.ft-<id>).
+const (
+	azureGPT35     = "gpt-35-turbo"
+	openAIGPT35    = "gpt-3.5-turbo"
+	azureFineTuned = ".ft-"
+)
+
 // Steps are the attempts, in order of preference, to find model in price tables: the
 // exact name; then its Key; then, for an Amazon Bedrock model id, the id as its provider
 // names it, without geography and version (deepseek.r1 for us.deepseek.r1-v1:0: the
 // entry of a model whose bare name says too little), and the key without its provider
 // and geography prefixes (bedrockPrefix); for an OpenAI fine-tuned model, ft: and its
 // base model (fineTunedBase), whose family prefixes keep the ft: (a fine-tuned model is
-// never priced as its base, which costs less); then the key without a snapshot
+// never priced as its base, which costs less); for Azure OpenAI's gpt-35-turbo names,
+// OpenAI's gpt-3.5-turbo ones; then the key without a snapshot
 // suffix; then the family
 // prefixes of that, longest first, each ending just before a '-' (so
 // "gpt-4o-mini-2024-07-18" finds "gpt-4o-mini", and "gpt-4.5-preview" never finds
@@ -131,6 +142,13 @@ func Steps(model string) []Step {
 	// price the model as named), never as its base.
 	if base, ok := fineTunedBase(k); ok {
 		k = base
+		out = append(out, Step{Name: k})
+	}
+	// Azure OpenAI's name of GPT-3.5 Turbo has no dot (gpt-35-turbo, -16k, -instruct):
+	// OpenAI's name after its own. Not an Azure fine-tuned model's (its .ft- and id after
+	// the base), which is billed above its base's price.
+	if rest, ok := strings.CutPrefix(k, azureGPT35); ok && !strings.Contains(rest, azureFineTuned) {
+		k = openAIGPT35 + rest
 		out = append(out, Step{Name: k})
 	}
 	// A Bedrock model id is matched as the provider's own name after its own key
