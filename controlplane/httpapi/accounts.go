@@ -135,10 +135,13 @@ func (s *Server) signIn(c *Call) error {
 	}
 	email := normalizeEmail(*in.Email)
 	keys := []string{"email:" + email, "addr:" + s.clientAddress(c.R)}
-	if wait := s.signIns.Wait(keys...); wait > 0 {
+	// Begin, not Wait: a sign-in under way counts as a failure until it is known not to
+	// be one, so that a burst of guesses sent at once is not heard whole.
+	if wait := s.signIns.Begin(keys...); wait > 0 {
 		return &fault.Error{Kind: fault.TooMany, Code: "too_many_attempts",
 			Message: "Too many failed sign-ins; wait before trying again.", RetryAfter: wait}
 	}
+	defer s.signIns.End(keys...)
 	u, err := store.UserByEmail(c.Ctx, c.DB(), email)
 	if errors.Is(err, store.ErrNotFound) {
 		password.CheckMissing(*in.Password)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,6 +102,44 @@ func TestSignInIsSlowedDownPerEmailAndAddress(t *testing.T) {
 	// The same address is slowed down for another email too.
 	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": "other@example.test", "password": "x"}).Expect(t, http.StatusTooManyRequests)
 	e.Clock.Advance(2 * time.Second)
+	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": apitest.Password}).Expect(t, http.StatusOK)
+}
+
+// TestABurstOfSignInsIsNotHeardWhole: sign-ins sent at once count as failures while
+// they are under way. Before, the brake looked only at the failures recorded, and each
+// sign-in records its own after hashing its guess, so a burst of guesses at one
+// account's password sent together all passed the brake before the first failed: thirty
+// concurrent guesses were thirty answers (docs/security.md, "Sign-in does not tell").
+func TestABurstOfSignInsIsNotHeardWhole(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	u := e.SignUp(t, "ann")
+	const burst = 30
+	statuses := make(chan int, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			r := e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": fmt.Sprintf("guess number %d", i)})
+			statuses <- r.Status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	heard := 0
+	for s := range statuses {
+		switch s {
+		case http.StatusUnauthorized:
+			heard++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("a guess answered %d", s)
+		}
+	}
+	if heard > 6 {
+		t.Fatalf("%d of %d concurrent guesses were heard; the brake hears 5 free failures and the sixth that starts the wait", heard, burst)
+	}
+	// Nothing stays under way: once the wait is over, the owner signs in.
+	e.Clock.Advance(5 * time.Minute)
 	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": apitest.Password}).Expect(t, http.StatusOK)
 }
 

@@ -36,8 +36,11 @@ func keyOf(k string) [32]byte { return sha256.Sum256([]byte(k)) }
 type entry struct {
 	key      [32]byte
 	failures int
-	last     time.Time
-	until    time.Time
+	// pending counts the attempts Begin let go on that have not ended (End): each may
+	// still be a failure.
+	pending int
+	last    time.Time
+	until   time.Time
 }
 
 // MaxEntries is the most keys a limiter keeps (about 20 MB). Failures of distinct keys
@@ -66,6 +69,75 @@ func (l *Limiter) Wait(keys ...string) time.Duration {
 		}
 	}
 	return longest
+}
+
+// Begin starts an attempt for keys and returns zero, or returns how long the keys must
+// still wait and starts nothing. An attempt Begin started must be ended by End (after
+// Fail or Succeed, when it failed or succeeded).
+//
+// An attempt under way counts as a failure until it ends: a key may have only as many
+// under way as it has free failures left, and once those are spent one at a time.
+// Checking the wait alone (Wait) let a burst of attempts sent at once all pass before
+// the first of them failed: a hundred concurrent sign-ins with a hundred guessed
+// passwords were all heard, where the brake allows five and then one per doubling wait.
+func (l *Limiter) Begin(keys ...string) time.Duration {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forgetExpired(now)
+	var longest time.Duration
+	for _, k := range keys {
+		el := l.entries[keyOf(k)]
+		if el == nil {
+			continue
+		}
+		e := el.Value.(*entry)
+		if e.until.After(now) {
+			longest = max(longest, e.until.Sub(now))
+			continue
+		}
+		failures := e.failures
+		if now.Sub(e.last) > l.forgetting {
+			failures = 0
+		}
+		if e.pending > 0 && failures+e.pending >= l.free {
+			longest = max(longest, l.base) // until an attempt under way ends
+		}
+	}
+	if longest > 0 {
+		return longest
+	}
+	for _, k := range keys {
+		l.entry(keyOf(k)).pending++
+	}
+	return 0
+}
+
+// End ends an attempt Begin started.
+func (l *Limiter) End(keys ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		// Gone when forgotten meanwhile (Succeed, or MaxEntries): nothing to end.
+		if el := l.entries[keyOf(k)]; el != nil {
+			if e := el.Value.(*entry); e.pending > 0 {
+				e.pending--
+			}
+		}
+	}
+}
+
+// entry is key's entry, made (the most recent) when it has none.
+func (l *Limiter) entry(k [32]byte) *entry {
+	if el := l.entries[k]; el != nil {
+		return el.Value.(*entry)
+	}
+	e := &entry{key: k}
+	l.entries[k] = l.order.PushBack(e)
+	if len(l.entries) > MaxEntries {
+		l.remove(l.order.Front())
+	}
+	return e
 }
 
 // Fail records a failed attempt for each key.
@@ -120,7 +192,7 @@ func (l *Limiter) Succeed(keys ...string) {
 // so a failure costs what it drops, not what the limiter holds.
 func (l *Limiter) forgetExpired(now time.Time) {
 	for el := l.order.Front(); el != nil; el = l.order.Front() {
-		if e := el.Value.(*entry); now.Sub(e.last) <= l.forgetting || e.until.After(now) {
+		if e := el.Value.(*entry); now.Sub(e.last) <= l.forgetting || e.until.After(now) || e.pending > 0 {
 			return
 		}
 		l.remove(el)

@@ -118,3 +118,70 @@ func BenchmarkFailAmongManyLiveKeys(b *testing.B) {
 		l.Fail("more-" + strconv.Itoa(i))
 	}
 }
+
+// An attempt under way counts as a failure until it ends: before, Begin's check (then
+// Wait) saw only the failures recorded, so a burst of sign-ins sent at once, each
+// hashing its guessed password before any of them failed, were all heard; a hundred
+// concurrent guesses at one account's password got a hundred answers, where the brake
+// allows five and then one per doubling wait.
+func TestAttemptsUnderWayCountAsFailures(t *testing.T) {
+	c := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(c, 3, time.Second, 8*time.Second)
+	for i := range 3 {
+		if w := l.Begin("email:a", "addr:x"); w != 0 {
+			t.Fatalf("free attempt %d waits %v", i+1, w)
+		}
+	}
+	if w := l.Begin("email:a", "addr:y"); w == 0 {
+		t.Fatal("a fourth attempt at one email began while three were under way, with no free failure left")
+	}
+	if w := l.Begin("email:b", "addr:x"); w == 0 {
+		t.Fatal("a fourth attempt from one address began while three were under way, with no free failure left")
+	}
+	if w := l.Begin("email:b", "addr:y"); w != 0 {
+		t.Fatalf("other keys wait %v", w)
+	}
+	l.End("email:b", "addr:y")
+
+	// One succeeds: its place is free again, and the email's count starts over.
+	l.Succeed("email:a")
+	l.End("email:a", "addr:x")
+	if w := l.Begin("email:c", "addr:x"); w != 0 {
+		t.Fatalf("an ended attempt still counts: %v", w)
+	}
+	// The other two fail, and the new one: the address has spent its free failures.
+	for range 2 {
+		l.Fail("email:a", "addr:x")
+		l.End("email:a", "addr:x")
+	}
+	l.Fail("email:c", "addr:x")
+	l.End("email:c", "addr:x")
+	if w := l.Begin("email:d", "addr:x"); w != 0 {
+		t.Fatalf("the last free failure's place waits %v", w)
+	}
+	l.Fail("email:d", "addr:x")
+	l.End("email:d", "addr:x")
+	if w := l.Begin("email:d", "addr:x"); w != time.Second {
+		t.Fatalf("after its free failures the address waits %v, want 1s", w)
+	}
+	// Once the wait is over, one attempt at a time.
+	c.Advance(time.Second)
+	if w := l.Begin("email:d", "addr:x"); w != 0 {
+		t.Fatalf("after the wait: %v", w)
+	}
+	if w := l.Begin("email:e", "addr:x"); w == 0 {
+		t.Fatal("a second attempt began beside one under way after the free failures were spent")
+	}
+	l.End("email:d", "addr:x")
+	if w := l.Begin("email:e", "addr:x"); w != 0 {
+		t.Fatalf("the attempt under way ended, yet the next waits %v", w)
+	}
+	l.End("email:e", "addr:x")
+
+	// Ended attempts leave nothing behind that stops a key's state from being forgotten.
+	c.Advance(time.Hour)
+	l.Fail("z")
+	if len(l.entries) != 1 {
+		t.Fatalf("%d entries after an hour, want only the new failure's", len(l.entries))
+	}
+}
