@@ -52,10 +52,13 @@ func (s *Server) signUp(c *Call) error {
 	// last, as failed sign-ins do. Successes do not reset it (a prober could otherwise
 	// interleave throwaway accounts). docs/security.md says what is still disclosed.
 	addr := []string{"addr:" + s.clientAddress(c.R)}
-	if wait := s.signUps.Wait(addr...); wait > 0 {
+	// Begin, not Wait: a sign-up under way counts as refused until it is known not to
+	// be, so that a burst of probes sent at once is not heard whole.
+	if wait := s.signUps.Begin(addr...); wait > 0 {
 		return &fault.Error{Kind: fault.TooMany, Code: "too_many_attempts",
 			Message: "Too many refused sign-ups from this address; wait before trying again.", RetryAfter: wait}
 	}
+	defer s.signUps.End(addr...)
 	// Administrators are provisioned by an operator (bootstrap-admin); nobody may claim an
 	// allowlisted email by signing up first. Checked before the password's hash (cheap
 	// refusal), and again under the email's lock with the account's insert, so that an

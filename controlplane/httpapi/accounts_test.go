@@ -175,6 +175,46 @@ func TestOwnSignInDoesNotResetTheAddressBrake(t *testing.T) {
 	}
 }
 
+// TestABurstOfSignUpsIsNotHeardWhole: sign-ups sent at once count as refused while
+// they are under way. Before, each refused sign-up recorded its refusal after hashing
+// its password, so a burst of probes sent together all passed the address's brake:
+// thirty concurrent sign-ups told thirty times whether an email has an account, where
+// the brake tells six (docs/security.md, "Sign-up tells whether an email has an
+// account").
+func TestABurstOfSignUpsIsNotHeardWhole(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	taken := e.SignUp(t, "ann")
+	const burst = 30
+	statuses := make(chan int, burst)
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() {
+			r := e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": taken.Email, "password": "123456789012", "name": "Probe"})
+			statuses <- r.Status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	told := 0
+	for s := range statuses {
+		switch s {
+		case http.StatusConflict:
+			told++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("a probe answered %d", s)
+		}
+	}
+	if told > 6 {
+		t.Fatalf("%d of %d concurrent probes were told the email is taken; the brake tells 5 free refusals and the sixth that starts the wait", told, burst)
+	}
+	// Nothing stays under way: once the wait is over, a sign-up is heard.
+	e.Clock.Advance(5 * time.Minute)
+	e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": "fresh@example.test", "password": "123456789012", "name": "Fresh"}).
+		Expect(t, http.StatusCreated)
+}
+
 // TestSignUpIsSlowedDownPerAddress: each sign-up refused because the email is taken
 // (which tells the caller it has an account) counts against the client's address: five
 // are free, the sixth starts a wait, and then every sign-up from the address, taken email
