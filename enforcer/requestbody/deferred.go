@@ -16,7 +16,7 @@ const (
 	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job, Vertex AI POST .../batchPredictionJobs, Mistral POST /v1/batch/jobs
 	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
 	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs, Vertex AI POST .../tuningJobs
-	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets, /calls, /translations/client_secrets, /v1/live/sessions
+	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets, /calls, /translations/client_secrets, /v1/live/sessions; Azure OpenAI POST /openai/realtimeapi/sessions, /transcription_sessions
 	DeferredVideos     = "videos"               // OpenAI POST /v1/videos, /v1/videos/{id}/remix, Veo's :predictLongRunning
 	DeferredBackground = "background_responses" // OpenAI POST /v1/responses with "background": true
 	// DeferredInteractions: the Gemini API's Interactions API (POST /v1beta/interactions)
@@ -122,6 +122,9 @@ func Deferred(method, path string, background bool) string {
 		return DeferredFineTuning
 	case strings.HasSuffix(path, "/realtime/sessions"), strings.HasSuffix(path, "/realtime/transcription_sessions"),
 		strings.HasSuffix(path, "/realtime/client_secrets"),
+		// Azure OpenAI's Realtime preview: a WebRTC session's ephemeral key, minted with
+		// the route's api-key, then used at Azure's realtimeapi-preview host directly.
+		strings.HasSuffix(path, "/realtimeapi/sessions"), strings.HasSuffix(path, "/realtimeapi/transcription_sessions"),
 		// A WebRTC call (its SDP offer) and a SIP call accepted: the audio then flows
 		// between the caller and OpenAI.
 		strings.HasSuffix(path, "/realtime/calls"), strings.Contains(path, "/realtime/calls/") && strings.HasSuffix(path, "/accept"),

@@ -318,3 +318,21 @@ func TestAllowDeferred(t *testing.T) {
 		t.Error("the default allows a batch")
 	}
 }
+
+// Azure OpenAI's Realtime preview mints a WebRTC session's ephemeral key at
+// /openai/realtimeapi/sessions and /transcription_sessions (api-version 2025-04-01-preview), with the route's own
+// api-key; the browser then talks to Azure's realtimeapi-preview host directly, past
+// the gateway. Before, only OpenAI's /realtime/sessions was known, so a member could
+// mint such keys through the gateway, each charged as an ordinary request, and hold
+// uncharged voice sessions with the operator's deployment.
+func TestAzureRealtimeSessionsAreDeferred(t *testing.T) {
+	for _, path := range []string{"/openai/realtimeapi/sessions", "/azure/openai/realtimeapi/sessions", "/openai/RealtimeAPI/sessions/",
+		"/openai/realtimeapi/transcription_sessions"} {
+		if got := requestbody.Deferred("POST", path, false); got != requestbody.DeferredRealtime {
+			t.Errorf("Deferred(POST %q) = %q, want %q", path, got, requestbody.DeferredRealtime)
+		}
+	}
+	if got := requestbody.Deferred("GET", "/openai/realtimeapi/sessions", false); got != "" {
+		t.Errorf("a GET is deferred: %q", got)
+	}
+}
