@@ -115,26 +115,9 @@ func TestABurstOfSignInsIsNotHeardWhole(t *testing.T) {
 	e := apitest.New(t)
 	u := e.SignUp(t, "ann")
 	const burst = 30
-	statuses := make(chan int, burst)
-	var wg sync.WaitGroup
-	for i := range burst {
-		wg.Go(func() {
-			r := e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": fmt.Sprintf("guess number %d", i)})
-			statuses <- r.Status
-		})
-	}
-	wg.Wait()
-	close(statuses)
-	heard := 0
-	for s := range statuses {
-		switch s {
-		case http.StatusUnauthorized:
-			heard++
-		case http.StatusTooManyRequests:
-		default:
-			t.Fatalf("a guess answered %d", s)
-		}
-	}
+	heard := answeredAtOnce(t, burst, http.StatusUnauthorized, func(i int) int {
+		return e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": fmt.Sprintf("guess number %d", i)}).Status
+	})
 	if heard > 6 {
 		t.Fatalf("%d of %d concurrent guesses were heard; the brake hears 5 free failures and the sixth that starts the wait", heard, burst)
 	}
@@ -186,26 +169,9 @@ func TestABurstOfSignUpsIsNotHeardWhole(t *testing.T) {
 	e := apitest.New(t)
 	taken := e.SignUp(t, "ann")
 	const burst = 30
-	statuses := make(chan int, burst)
-	var wg sync.WaitGroup
-	for range burst {
-		wg.Go(func() {
-			r := e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": taken.Email, "password": "123456789012", "name": "Probe"})
-			statuses <- r.Status
-		})
-	}
-	wg.Wait()
-	close(statuses)
-	told := 0
-	for s := range statuses {
-		switch s {
-		case http.StatusConflict:
-			told++
-		case http.StatusTooManyRequests:
-		default:
-			t.Fatalf("a probe answered %d", s)
-		}
-	}
+	told := answeredAtOnce(t, burst, http.StatusConflict, func(int) int {
+		return e.Do(t, "POST", "/v1/auth/sign-up", map[string]string{"email": taken.Email, "password": "123456789012", "name": "Probe"}).Status
+	})
 	if told > 6 {
 		t.Fatalf("%d of %d concurrent probes were told the email is taken; the brake tells 5 free refusals and the sixth that starts the wait", told, burst)
 	}
@@ -382,4 +348,28 @@ func TestUserWithoutOrganization(t *testing.T) {
 	if !strings.Contains(r["message"].(string), "X-Service-Org-Id") {
 		t.Fatalf("message does not say how to choose an organization: %v", r["message"])
 	}
+}
+
+// answeredAtOnce sends n requests at once (send(i) answers the i-th's status) and counts
+// those answered heard; the others must be the brake's 429.
+func answeredAtOnce(t *testing.T, n, heard int, send func(i int) int) int {
+	t.Helper()
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { statuses <- send(i) })
+	}
+	wg.Wait()
+	close(statuses)
+	count := 0
+	for s := range statuses {
+		switch s {
+		case heard:
+			count++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("a request sent at once answered %d", s)
+		}
+	}
+	return count
 }

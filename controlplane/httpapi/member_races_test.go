@@ -302,15 +302,7 @@ func TestAccessWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	accomplice := e.AddMember(t, o, "acco", "member")
 	mkt := newMarketplace(t, e, o, "Engineering")
 	team := createTeam(t, e, o, "Research")
-	changes := []struct {
-		name   string
-		sql    string // what happens to the caller meanwhile
-		status int
-		code   string
-	}{
-		{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
-		{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
-	}
+	changes := callerChanges
 	writes := []struct {
 		name    string
 		lock    string // a lock the write waits for, after its caller was authenticated
@@ -356,4 +348,16 @@ func TestAccessWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 			})
 		}
 	}
+}
+
+// callerChanges are what happens to an admin caller while their write waits, and what
+// the write must then answer: demoted, 403; removed, 404.
+var callerChanges = []struct {
+	name   string
+	sql    string // what happens to the caller meanwhile
+	status int
+	code   string
+}{
+	{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
+	{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
 }

@@ -24,15 +24,7 @@ func TestUsageWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
 	ctx := context.Background()
-	changes := []struct {
-		name   string
-		sql    string // what happens to the caller meanwhile
-		status int
-		code   string
-	}{
-		{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
-		{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
-	}
+	changes := callerChanges
 	// Each write's setup makes the organization; changed reads back whether it wrote.
 	type fixture struct {
 		o, bob apitest.Member

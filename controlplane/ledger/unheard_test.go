@@ -120,14 +120,7 @@ func TestSettlementCommittedUnheardIsMirrored(t *testing.T) {
 		}
 		return res[0]
 	}
-	mirrored := func() int64 {
-		t.Helper()
-		rec, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
-		if err != nil {
-			t.Fatalf("mirror record: %v", err)
-		}
-		return rec.GetSpend()[0].GetUsedMicroUsd()
-	}
+	mirrored := func() int64 { t.Helper(); return mirroredSpend(t, e, m) }
 
 	if r := settle(at.ReqID(), 100); r.GetOutcome() != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
 		t.Fatalf("first settlement: %v", r)
@@ -166,14 +159,7 @@ func TestDuplicateSettlementRewritesAStaleRecord(t *testing.T) {
 	org, ms := e.Org(t, 1)
 	m := ms[0]
 	now := e.Clock.Now()
-	mirrored := func() int64 {
-		t.Helper()
-		rec, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
-		if err != nil {
-			t.Fatalf("mirror record: %v", err)
-		}
-		return rec.GetSpend()[0].GetUsedMicroUsd()
-	}
+	mirrored := func() int64 { t.Helper(); return mirroredSpend(t, e, m) }
 	settle := func(l *ledger.Ledger, id string, cost int64) *internalv1.SettleResult {
 		t.Helper()
 		res, err := l.Settle(ctx, []*internalv1.SettleItem{{RequestId: id, UpstreamCostMicroUsd: at.Cost(cost), Complete: true}})
@@ -248,4 +234,14 @@ func TestDuplicateSettlementRewritesAStaleRecord(t *testing.T) {
 		t.Fatalf("%v record writes for a duplicate whose record is current, want none", n)
 	}
 	at.Check(t, e.Store)
+}
+
+// mirroredSpend is the first window's spend in member m's Redis record.
+func mirroredSpend(t *testing.T, e *at.Env, m string) int64 {
+	t.Helper()
+	rec, err := e.Layout.Read(ctx, e.Redis, m, e.Mirror.Generation())
+	if err != nil {
+		t.Fatalf("mirror record: %v", err)
+	}
+	return rec.GetSpend()[0].GetUsedMicroUsd()
 }

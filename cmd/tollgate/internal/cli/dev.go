@@ -299,12 +299,8 @@ var pollClient = &http.Client{Timeout: 2 * time.Second}
 func waitOK(ctx context.Context, url string, errc <-chan error) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		select {
-		case err := <-errc:
+		if err := pause(ctx, errc); err != nil {
 			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 		// Each poll has its own deadline: a port held by something that accepts and never
 		// answers (another program on 8080) must not hold the wait past the component's
@@ -322,6 +318,19 @@ func waitOK(ctx context.Context, url string, errc <-chan error) error {
 		}
 	}
 	return fmt.Errorf("%s did not answer 200 within 60s", url)
+}
+
+// pause waits a poll's interval (100 ms), or answers a component's failure or the end
+// of ctx, whichever comes first.
+func pause(ctx context.Context, errc <-chan error) error {
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(100 * time.Millisecond):
+		return nil
+	}
 }
 
 // enforcerReadyWait is how long tollgate dev waits for the enforcer's /readyz once it is
@@ -353,12 +362,8 @@ func waitReady(ctx context.Context, url string, errc <-chan error) error {
 		if !time.Now().Before(deadline) {
 			break
 		}
-		select {
-		case err := <-errc:
+		if err := pause(ctx, errc); err != nil {
 			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	hint := ""

@@ -417,7 +417,9 @@ func TestDevStopsWhenTheEnforcerIsNotReady(t *testing.T) {
 	defer cancel()
 	out := &testio.SyncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, []string{"dev"}, func(k string) string { return env[k] }, IO{Stdout: out, Stderr: io.Discard}) }()
+	go func() {
+		done <- Run(ctx, []string{"dev"}, func(k string) string { return env[k] }, IO{Stdout: out, Stderr: io.Discard})
+	}()
 	var err error
 	select {
 	case err = <-done:
