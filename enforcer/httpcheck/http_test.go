@@ -386,16 +386,7 @@ func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
 		{"a provider's key in the query", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Uri": gen + "?key=AIza-provider"}, 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest("POST", e.HTTPURL+"/check"+tc.path, nil)
-			for k, v := range tc.headers {
-				req.Header.Set(k, v)
-			}
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
+			res, b := askCheck(t, e, "POST", tc.path, tc.headers)
 			if res.StatusCode != tc.status || res.Header.Get("X-Service-Error-Code") != tc.code {
 				t.Fatalf("%d %s %s, want %d %q", res.StatusCode, res.Header.Get("X-Service-Error-Code"), b, tc.status, tc.code)
 			}
@@ -490,17 +481,7 @@ func TestCheckRefusesWhatIsBilledLater(t *testing.T) {
 		if path != "" {
 			method = "POST"
 		}
-		req, _ := http.NewRequest(method, e.HTTPURL+"/check"+path, nil)
-		for k, v := range headers {
-			req.Header.Set(k, v)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		return res, string(b)
+		return askCheck(t, e, method, path, headers)
 	}
 	batch := map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"}
 	for _, tc := range []struct {
@@ -551,4 +532,21 @@ func TestCheckRefusesWhatIsBilledLater(t *testing.T) {
 	if res, _ := check(t, allowing, "/v1/fine_tuning/jobs", map[string]string{"X-Api-Key": w.Key}); res.StatusCode != 403 {
 		t.Fatalf("a fine-tuning job beside an allowed batch: %d", res.StatusCode)
 	}
+}
+
+// askCheck sends /check a request of method with headers, path after /check (as
+// Envoy's HTTP ext_authz sends the request's own), and answers it and its body.
+func askCheck(t *testing.T, e *enforcertest.Env, method, path string, headers map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.HTTPURL+"/check"+path, nil)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, string(b)
 }
