@@ -62,3 +62,41 @@ func TestRefreshThatCannotReadPostgresForgetsTheOlderRecord(t *testing.T) {
 		t.Fatalf("Redis still has a record of %d (err %v) after a settlement of 250 whose record could not be read; want none", spend, err)
 	}
 }
+
+// An operator's resync (`controlplane resync`, another process) installs a new
+// generation, moves every member's version in Postgres past Redis's, and then writes the
+// records. The enforcers see the new generation at once and send their last settlements
+// again, which this control plane, still on the old generation until its next check,
+// answers duplicate: the member's record is older than Postgres's version there, so
+// RefreshOlder rewrote it, under the old generation and at the very version the resync
+// was about to write, which then kept the resync's record out (an equal version is
+// refused): the member had no record readable under the new generation until their
+// next change. A writer whose generation is no longer Redis's leaves the record to the
+// rebuild, which reads Postgres after the settlement's commit.
+func TestRefreshOlderLeavesARebuildsRecordsToTheRebuild(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	settleOne(t, e, org, m, 100)
+	before, errs := e.Layout.ReadVersions(e.Ctx, e.Redis, []string{m})
+	if errs[0] != nil || before[0] == 0 {
+		t.Fatalf("record version %d: %v", before[0], errs[0])
+	}
+
+	// The resync, halfway: a new generation, and the version moved past Redis's.
+	old := e.Mirror.Generation()
+	if _, ok, err := e.Layout.ReplaceGeneration(e.Ctx, e.Redis, old, "resync-generation"); err != nil || !ok {
+		t.Fatalf("replace generation: %v %v", ok, err)
+	}
+	var moved int64
+	if err := e.Store.Pool.QueryRow(e.Ctx, `UPDATE usage_mirror_versions SET version = version + 10 WHERE member_id = $1 RETURNING version`, m).Scan(&moved); err != nil {
+		t.Fatal(err)
+	}
+
+	e.Mirror.RefreshOlder(e.Ctx, map[string]int64{m: moved})
+
+	after, errs := e.Layout.ReadVersions(e.Ctx, e.Redis, []string{m})
+	if errs[0] != nil || after[0] != before[0] {
+		t.Fatalf("a writer of the old generation wrote the record at version %d (was %d, the rebuild's is %d): %v", after[0], before[0], moved, errs[0])
+	}
+}

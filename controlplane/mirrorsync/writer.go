@@ -171,6 +171,19 @@ func (w *Writer) RefreshOlder(ctx context.Context, versions map[string]int64) {
 			older[m] = versions[m]
 		}
 	}
+	if len(older) == 0 {
+		return
+	}
+	// A generation in Redis other than this writer's is a rebuild's (an operator's
+	// resync in another process, a failover's), which moved the versions past Redis's
+	// and writes every record from Postgres, this settlement's committed change
+	// included. The enforcers send their last settlements again as soon as they see it,
+	// so a record older than Postgres's version is then usually the rebuild's yet to
+	// come: written here, under the old generation and at the rebuild's version, it would
+	// keep the rebuild's out (an equal version is refused). It is left to the rebuild.
+	if gen, err := w.layout.Generation(ctx, w.rdb); err == nil && gen != w.Generation() {
+		return
+	}
 	w.Refresh(ctx, older)
 }
 
