@@ -146,8 +146,10 @@ func (sh *Share) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	})
 }
 
-// InReadTx is Store.InReadTx on a connection of the share; each attempt takes its slot
-// anew.
+// InReadTx runs fn in one read-only REPEATABLE READ transaction (readSnapshot) on a
+// connection of the share, so that reads of several tables agree with one another: a
+// write that commits while fn runs is seen by none of its statements, rather than by the
+// ones after it only. It retries like InTx; each attempt takes its slot anew.
 func (sh *Share) InReadTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return retryTx(ctx, func() error {
 		release, err := sh.take(ctx)

@@ -178,14 +178,6 @@ func lostBeforeCommit(ctx context.Context, conn *pgx.Conn, err error) bool {
 // SELECT takes, and a read-only transaction never fails serialization.
 var readSnapshot = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 
-// InReadTx runs fn in one read-only REPEATABLE READ transaction (readSnapshot), so that
-// reads of several tables agree with one another: a write that commits while fn runs is
-// seen by none of its statements, rather than by the ones after it only. It retries like
-// InTx.
-func (s *Store) InReadTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return retryTx(ctx, func() error { return s.inTxOnceWith(ctx, readSnapshot, fn) })
-}
-
 func (s *Store) inTxOnce(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return s.inTxOnceWith(ctx, pgx.TxOptions{}, fn)
 }

@@ -25,10 +25,17 @@ func (g *Gate) RefusalBeforeBody(ctx context.Context, cred Credentials) (Answer,
 	if !refused {
 		return Answer{}, false
 	}
-	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
+	g.CountDecision(a)
 	a.Took = time.Since(start)
 	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(a.Took.Seconds())
 	return a, true
+}
+
+// CountDecision counts a as a request's decision (decisions_total), for a front door
+// that answers a request itself, with no check of its own run (httpcheck's billed-later
+// refusal), as a check's and RefusalBeforeBody's answers are.
+func (g *Gate) CountDecision(a Answer) {
+	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
 }
 
 func (g *Gate) refusalBeforeBody(ctx context.Context, cred Credentials) (a Answer, refused bool) {

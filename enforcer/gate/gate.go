@@ -437,7 +437,7 @@ func (g *Gate) CheckRequest(ctx context.Context, cred Credentials, h Hint) (Answ
 		return Answer{}, err
 	}
 	a.RecordWait = recordWait
-	g.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
+	g.CountDecision(a)
 	a.Took = time.Since(start)
 	g.Metrics.CheckDuration.WithLabelValues(a.Decision).Observe(a.Took.Seconds())
 	return a, nil

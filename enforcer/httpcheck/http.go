@@ -239,7 +239,7 @@ func (h *Handler) deferredRefusal(ctx context.Context, cred gate.Credentials, me
 		return a, true
 	}
 	a := gate.BillingDeferredRefusal(endpoint)
-	h.gate.Metrics.Decisions.WithLabelValues(a.Decision, a.Reason.String()).Inc()
+	h.gate.CountDecision(a)
 	return a, true
 }
 
