@@ -32,8 +32,10 @@ import (
 )
 
 // MaxEventBytes bounds the bytes of an event held back until its end: the usage event is
-// about 1 KiB, so an event longer than this is not it. A stream with one (a server that
-// sends a whole answer as one chunk) is passed on unfiltered from there.
+// about 1 KiB, so an event longer than this is not it. Such an event (a server that sends
+// a whole answer, or a whole tool call, as one chunk) is passed on as it comes, and the
+// filtering goes on after its end (since 2026-12-07; before, the rest of the stream was
+// passed on unfiltered, and a client that had not asked got the usage event after it).
 const MaxEventBytes = 16 << 10
 
 // Applies tells whether a response, by its status and headers, is a stream Filter can
@@ -51,13 +53,20 @@ func Applies(status int, contentType, contentEncoding string) bool {
 
 // Filter passes a stream's bytes on without its usage event. An event split over
 // several reads is held back until its end (a client's event parser waits for that end
-// anyway); once the usage event is seen, or an event runs over MaxEventBytes, the rest
-// of the stream passes as it comes. The zero value is ready for use.
+// anyway); an event that runs over MaxEventBytes is not the usage event, and passes as
+// it comes until its end, after which the filtering goes on; once the usage event is
+// seen, the rest of the stream passes as it comes. The zero value is ready for use.
 type Filter struct {
 	held    []byte // an event begun and not yet ended
 	work    []byte // held and the next read, joined
-	done    bool   // the usage event was left out, or filtering gave up: everything passes
+	done    bool   // the usage event was left out: everything passes
 	dropped bool   // the usage event was left out
+	// long: an event over MaxEventBytes is being passed on as it comes, until its end;
+	// tail holds its last bytes sent (ntail of them), in which a line break whose blank
+	// line is still to come may be.
+	long  bool
+	ntail uint8
+	tail  [3]byte
 }
 
 // Dropped tells whether the usage event was left out.
@@ -69,6 +78,14 @@ func (f *Filter) Dropped() bool { return f.dropped }
 func (f *Filter) Pass(p []byte) []byte {
 	if f.done {
 		return p
+	}
+	if f.long {
+		// The rest of a long event goes on as it comes; what follows its end is filtered.
+		k := f.longEventEnd(p)
+		if k < 0 {
+			return p
+		}
+		return p[:k+len(f.Pass(p[k:]))]
 	}
 	buf := p
 	if len(f.held) > 0 {
@@ -109,18 +126,51 @@ func (f *Filter) Pass(p []byte) []byte {
 }
 
 // holdRest returns buf's bytes to send, buf[:kept], and holds the event begun at start
-// and not ended; an event too long to be the usage event is sent instead, and with it
-// the rest of the stream.
+// and not ended; an event too long to be the usage event is sent instead, and the rest
+// of it as it comes (longEventEnd), the filtering going on after its end.
 func (f *Filter) holdRest(buf []byte, kept, start int) []byte {
 	rest := buf[start:]
 	if len(rest) > MaxEventBytes {
-		f.done = true // not the usage event: it and the rest pass
-		f.held, f.work = nil, nil
+		f.long, f.ntail = true, 0 // not the usage event: it passes
+		f.held, f.work = f.held[:0], f.work[:0]
+		f.keepTail(rest)
 		kept += copy(buf[kept:], rest)
 		return buf[:kept]
 	}
 	f.held = append(f.held, rest...)
 	return buf[:kept]
+}
+
+// longEventEnd looks for the end of the long event being passed on in p, its next
+// bytes: the index in p just past the blank line that ends it, or -1 when p does not end
+// it (then p is all of the event's, and its last bytes are kept for the next read).
+func (f *Filter) longEventEnd(p []byte) int {
+	var b [3 + 4]byte // the tail and p's first bytes: a line break and a blank line at most
+	n := copy(b[:], f.tail[:f.ntail])
+	n += copy(b[n:], p)
+	if end := blankLineEnd(b[:n]); end >= 0 {
+		f.long = false
+		return end - int(f.ntail)
+	}
+	if len(p) > 4 {
+		if end := blankLineEnd(p); end >= 0 {
+			f.long = false
+			return end
+		}
+	}
+	f.keepTail(p)
+	return -1
+}
+
+// keepTail keeps the last bytes of the long event sent so far.
+func (f *Filter) keepTail(p []byte) {
+	if len(p) >= len(f.tail) {
+		f.ntail = uint8(copy(f.tail[:], p[len(p)-len(f.tail):]))
+		return
+	}
+	keep := min(int(f.ntail), len(f.tail)-len(p))
+	copy(f.tail[:], f.tail[int(f.ntail)-keep:f.ntail])
+	f.ntail = uint8(keep + copy(f.tail[keep:], p))
 }
 
 // End returns what is held back when the stream ends: an event never ended, sent on
@@ -156,6 +206,13 @@ func eventEnd(b []byte, cr bool) int {
 		}
 		return -1
 	}
+	return blankLineEnd(b)
+}
+
+// blankLineEnd returns the length of b up to and including the first blank line that
+// follows a line break in it (an event's end, b being inside the event), or -1 when b
+// holds no such end.
+func blankLineEnd(b []byte) int {
 	for i := 0; i < len(b); i++ {
 		if b[i] != '\n' && b[i] != '\r' {
 			continue

@@ -104,17 +104,50 @@ func TestUsageEventsAsOtherServersWriteThem(t *testing.T) {
 	}
 }
 
-func TestAnEventLongerThanTheBoundEndsTheFiltering(t *testing.T) {
-	long := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("a", 2*usagechunk.MaxEventBytes) + `"}}],"usage":null}` + "\n\n"
-	stream := roleEvent + long + usageEvent + doneEvent
-	got, f := passInReads(t, stream, 1000)
-	if got != stream || f.Dropped() {
-		t.Fatalf("dropped %v; the stream changed: %d bytes in, %d out", f.Dropped(), len(stream), len(got))
+// An event longer than the bound (a server that sends a whole tool call, or a whole
+// answer, as one chunk) is passed on as it comes, and the filtering goes on after its
+// end: the usage event that follows is still left out, whatever the reads (before
+// 2026-12-07 the long event ended the filtering, and a client that had not asked for the
+// usage got it, and indexed its empty choices).
+func TestALongEventPassesAndTheFilteringGoesOn(t *testing.T) {
+	for _, eol := range []string{"\n", "\r\n", "\r"} {
+		long := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("a", 2*usagechunk.MaxEventBytes) + `"}}],"usage":null}` + eol + eol
+		fix := func(e string) string { return strings.ReplaceAll(e, "\n\n", eol+eol) }
+		stream := fix(roleEvent) + long + fix(wordEvent) + fix(usageEvent) + fix(doneEvent)
+		want := fix(roleEvent) + long + fix(wordEvent) + fix(doneEvent)
+		for _, size := range []int{1, 2, 3, 1000, usagechunk.MaxEventBytes + 1, len(long) - 1, len(stream)} {
+			got, f := passInReads(t, stream, size)
+			if got != want || !f.Dropped() {
+				t.Fatalf("line ends %q, reads of %d: dropped %v, %d bytes out, want %d", eol, size, f.Dropped(), len(got), len(want))
+			}
+		}
+		// A long event split where its blank line is.
+		cut := len(fix(roleEvent)) + len(long) - len(eol)
+		for _, sizes := range [][]int{{cut, 1 << 20}, {cut - 1, 1 << 20}, {cut + 1, 1 << 20}, {cut - 1, 1, 1, 1, 1 << 20}} {
+			got, f := passInReads(t, stream, sizes...)
+			if got != want || !f.Dropped() {
+				t.Fatalf("line ends %q, reads %v: dropped %v, %d bytes out, want %d", eol, sizes, f.Dropped(), len(got), len(want))
+			}
+		}
 	}
-	// Read whole, the long event is seen ended and filtering goes on.
-	got, f = passInReads(t, stream, len(stream))
-	if want := roleEvent + long + doneEvent; got != want || !f.Dropped() {
-		t.Fatalf("read whole: dropped %v, %d bytes out, want %d", f.Dropped(), len(got), len(want))
+}
+
+// Nothing of a long event is held back: each read of it goes on as it comes.
+func TestALongEventIsNotHeldBack(t *testing.T) {
+	long := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("a", 3*usagechunk.MaxEventBytes) + `"}}],"usage":null}` + "\n\n"
+	var f usagechunk.Filter
+	in := []byte(long)
+	sent := 0
+	for len(in) > 0 {
+		n := min(4096, len(in))
+		sent += len(f.Pass(append([]byte(nil), in[:n]...)))
+		in = in[n:]
+		if held := len(long) - len(in) - sent; held > usagechunk.MaxEventBytes {
+			t.Fatalf("%d bytes held back, more than the bound", held)
+		}
+	}
+	if sent != len(long) {
+		t.Fatalf("%d bytes sent of %d", sent, len(long))
 	}
 }
 
@@ -163,7 +196,7 @@ func FuzzFilterLeavesOutOnlyTheUsageEvent(f *testing.F) {
 		}
 		got, filter := passInReads(t, stream, size)
 		whole, _ := passInReads(t, stream, len(stream)+1)
-		if len(stream) <= usagechunk.MaxEventBytes && got != whole {
+		if got != whole {
 			t.Fatalf("reads of %d gave %q, one read %q", size, got, whole)
 		}
 		if !filter.Dropped() {
