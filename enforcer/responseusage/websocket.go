@@ -1,6 +1,7 @@
 package responseusage
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 )
@@ -93,7 +94,7 @@ func (s *ResponsesSession) Event(msg []byte) (Usage, SessionEvent) {
 		}
 		x := New("text/event-stream", nil, Limits{})
 		_ = x.Write([]byte("data: "))
-		_ = x.Write(msg)
+		_ = x.Write(oneLine(msg))
 		_ = x.Write([]byte("\n\n"))
 		u := x.Finish(true)
 		if !u.OutputReported {
@@ -111,6 +112,24 @@ func (s *ResponsesSession) Event(msg []byte) (Usage, SessionEvent) {
 		s.text += int64(len(e.Delta))
 	}
 	return Usage{}, OtherEvent
+}
+
+// oneLine is msg, a JSON value, on one line: its line breaks, which JSON allows only as
+// white space between tokens (a string escapes them), made spaces, so that it is one
+// data line of an event stream (a server that indents its messages would otherwise have
+// its terminal event read up to its first line break, and its usage lost). msg itself
+// when it has none, as servers send their events.
+func oneLine(msg []byte) []byte {
+	if bytes.IndexByte(msg, '\n') < 0 && bytes.IndexByte(msg, '\r') < 0 {
+		return msg
+	}
+	line := bytes.Clone(msg)
+	for i, c := range line {
+		if c == '\n' || c == '\r' {
+			line[i] = ' '
+		}
+	}
+	return line
 }
 
 // Model is the model the session's responses named, "" before one did.

@@ -48,3 +48,20 @@ func TestResponsesSession(t *testing.T) {
 		t.Fatalf("an error event: %d", ev)
 	}
 }
+
+// A terminal event sent as JSON with line breaks between its tokens (a server that
+// indents its messages; JSON allows white space there, and the event decodes alike) is
+// read whole: its usage was lost at its first line break, read as the end of an event
+// stream's data line, and the response charged an estimate from its text.
+func TestResponsesSessionEventWithLineBreaks(t *testing.T) {
+	for _, nl := range []string{"\n", "\r\n", "\r"} {
+		s := NewResponsesSession()
+		s.Event([]byte(`{"type":"response.created","response":{"id":"resp_1","model":"gpt-5"}}`))
+		msg := strings.Join([]string{`{`, `  "type": "response.completed",`, `  "response": {`, `    "id": "resp_1",`,
+			`    "object": "response",`, `    "model": "gpt-5",`, `    "usage": {"input_tokens": 50, "output_tokens": 9}`, `  }`, `}`}, nl)
+		u, ev := s.Event([]byte(msg))
+		if ev != ResponseEnded || !u.Complete || u.InputTokens != 50 || u.OutputTokens != 9 || u.Model != "gpt-5" {
+			t.Fatalf("line breaks %q: %s", nl, show(u))
+		}
+	}
+}
