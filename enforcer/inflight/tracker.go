@@ -19,6 +19,7 @@ import (
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/saturate"
 
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
@@ -815,10 +816,13 @@ func charge(item *internalv1.SettleItem, seen *Seen, rd *reading) {
 	// token before any text), and a stream cut after thousands of tokens must not be
 	// charged for one.
 	// An answer in audio reports nothing: its duration is its output (a speech
-	// model's audio tokens; pricecatalog.AudioOutputTokensPerSecond).
+	// model's audio tokens; pricecatalog.AudioOutputTokensPerSecond). A chat answer in
+	// audio bills its transcript's text tokens besides its audio's (OpenAI's
+	// completion_tokens_details.text_tokens and audio_tokens): the two add up, as a cut
+	// Realtime response's do (realtimeusage).
 	// An image generation is billed the images it asked for, however little of them
 	// came back (requestbody.ImageOutputTokens).
-	est := max(estimate.Tokens(seen.TextBytes), audioTokens(seen.AudioOutputMillis))
+	est := saturate.Add(estimate.Tokens(seen.TextBytes), audioTokens(seen.AudioOutputMillis))
 	if rd != nil {
 		est = max(est, rd.imageOutput)
 	}
