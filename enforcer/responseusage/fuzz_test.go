@@ -183,6 +183,12 @@ func FuzzExtractSSE(f *testing.F) {
 			"data: {\"type\":\"response.failed\",\"response\":{\"usage\":{\"input_tokens\":1}}}\n\n",
 		"data: {\"event_type\":\"interaction.completed\",\"interaction\":{\"usage\":{\"total_input_tokens\":1,\"total_output_tokens\":2}}}\r\n\r\n",
 		"data: {\"metadata\":{},\"usage\":{\"inputTokens\":1,\"outputTokens\":2}}\n\ndata: {\"type\":\"message_stop\"}{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}\n\n",
+		// Anthropic's web search results, counted while its usage has not said (2026-12-07),
+		// an error's left out.
+		"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1,\"server_tool_use\":{\"web_search_requests\":0}}}}\n\n" +
+			"data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"web_search_tool_result\",\"content\":[{\"type\":\"web_search_result\"}]}}\n\n" +
+			"data: {\"type\":\"content_block_start\",\"content_block\":{\"content\":{\"type\":\"web_search_tool_result_error\"},\"type\":\"web_search_tool_result\"}}\n\n" +
+			"data: {\"content_block\":{\"type\":\"web_search_tool_result\"},\"type\":\"content_block_start\"}\n\n",
 		// Groq's x_groq.usage; a chat answer's audio (and Gemini's cached audio in one chunk).
 		"data: {\"object\":\"chat.completion.chunk\",\"x_groq\":{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}}\n\ndata: [DONE]\n\n",
 		"data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"audio\":{\"data\":\"AAAA\\/A==\",\"transcript\":\"a\"}}}]}\n\n" +

@@ -84,7 +84,9 @@ type accumulator struct {
 	// size class (TestExtractorSize).
 	fileSearches, imageCalls uint16
 	// The web search calls of an OpenAI Responses stream (webSearches), each saturating
-	// at 65,535: searchEvents counts its response.web_search_call.completed events, one
+	// at 65,535 (of an Anthropic stream, searchEvents counts its web_search_tool_result
+	// blocks that are no error instead: searchResults): searchEvents counts its
+	// response.web_search_call.completed events, one
 	// per web_search_call item whatever its action; doneSearches and donePages the
 	// web_search_call items of its response.output_item.done events, by action (a
 	// search, or none; another), and listedPages the most items of another action a
@@ -361,6 +363,9 @@ func (a *accumulator) applyEvent(d *docFields) {
 		if d.advisorResult && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
 			a.advisorResults++
 		}
+		if d.webSearchResult && !d.webSearchFailed && d.typ.is("content_block_start") {
+			a.searchEvents = saturate16(a.searchEvents, 1) // a search done (searchResults)
+		}
 		switch {
 		case d.typ.is("message_start"):
 			if u := &d.usage[rootMessage]; u.obj {
@@ -508,6 +513,11 @@ func (a *accumulator) webSearches() int64 {
 	unknown := int64(max(a.searchEvents, a.addedItems)) - int64(max(a.listedPages, a.donePages))
 	return max(searches, unknown)
 }
+
+// searchResults is the searches an Anthropic stream's web_search_tool_result blocks
+// showed, the errors left out (Anthropic bills no failed search): the accumulator's
+// searchEvents, which an OpenAI stream's completion events take in that family.
+func (a *accumulator) searchResults() int64 { return int64(a.searchEvents) }
 
 // noteCost keeps the cost a document's usage reported (docFields.billedCost), the
 // largest of a stream's.
@@ -675,6 +685,12 @@ func (a *accumulator) fill(u *Usage) {
 		// web_search_requests, OpenAI's web_search_call output items, Gemini's
 		// grounding search queries.
 		u.WebSearchRequests, _ = a.u.get(tokWebSearches)
+	}
+	if _, reported := a.u.get(tokWebSearches); a.fam == famAnthropic && (!a.final || !reported) {
+		// An Anthropic stream counts its searches in its last message_delta alone: one
+		// cut before it is charged the searches its web_search_tool_result blocks showed
+		// (searchResults), never fewer.
+		u.WebSearchRequests = max(u.WebSearchRequests, a.searchResults())
 	}
 	if a.fam == famResponses {
 		u.WebSearchRequests = a.webSearches()

@@ -1031,6 +1031,16 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 			if v, ok := f.val.(string); ok && f.key == "type" && v == "advisor_tool_result" {
 				d.advisorResult = true
 			}
+			if v, ok := f.val.(string); ok && f.key == "type" && v == "web_search_tool_result" {
+				d.webSearchResult = true
+			}
+		}
+		for _, c := range all(b, "content") {
+			for _, f := range c {
+				if v, ok := f.val.(string); ok && f.key == "type" && v == "web_search_tool_result_error" {
+					d.webSearchFailed = true
+				}
+			}
 		}
 	}
 	for _, sub := range all(m, "response") {

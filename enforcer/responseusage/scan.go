@@ -668,6 +668,11 @@ type docFields struct {
 	// an advisor_tool_result block (Anthropic's advisor tool: a consultation done), which
 	// a stream cut before its last message_delta reports no count of.
 	advisorResult bool
+	// webSearchResult: the document is a content_block_start event that begins a
+	// web_search_tool_result block (Anthropic's web search server tool: a search done,
+	// billed, which only the last message_delta's usage counts); webSearchFailed: its
+	// content is an error (web_search_tool_result_error), a search Anthropic bills not.
+	webSearchResult, webSearchFailed bool
 	// cachedAudio is the audio part of Gemini's cached count (cachedContentTokenCount):
 	// the AUDIO entry of usageMetadata.cacheTokensDetails, reported (hasCachedAudio) when
 	// the list was there, 0 when it has no AUDIO entry. The largest reported wins, as for
@@ -786,6 +791,7 @@ func (d *docFields) reset() {
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.hasUpstream, d.upstream, d.byok = false, 0, false
 	d.searches, d.pageActions, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, 0, false
+	d.webSearchResult, d.webSearchFailed = false, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
 	d.latency = pricecatalog.Standard
@@ -1607,8 +1613,13 @@ func (s *scanner) endString() bool {
 			case s.capFor == capGeo:
 				s.doc.geoPinned = !s.keyCap.is("global")
 			case s.capFor == capBlockType:
-				if s.keyCap.is("advisor_tool_result") {
+				switch {
+				case s.keyCap.is("advisor_tool_result"):
 					s.doc.advisorResult = true
+				case s.keyCap.is("web_search_tool_result"):
+					s.doc.webSearchResult = true
+				case s.keyCap.is("web_search_tool_result_error"): // the block's content's type
+					s.doc.webSearchFailed = true
 				}
 			case s.capFor == capActionType:
 				s.pageAction()
@@ -2016,6 +2027,11 @@ func (s *scanner) classify() target {
 			}
 		}
 	case 3:
+		if k[0] == kBlock && k[1] == kContent && k[2] == kType {
+			// An Anthropic content_block_start's block's content, when it is one object:
+			// a web_search_tool_result's error (web_search_tool_result_error).
+			return target{kind: tgBlockType}
+		}
 		if k[0] == kOutputs && k[1] == kArr && k[2] == kModel {
 			// Mistral's Conversations answer names its model in its entries alone
 			// (outputs[].model): a continuation's or an agent's request names none.

@@ -131,8 +131,9 @@ type Usage struct {
 	// than the default five-minute one.
 	CacheCreation1hInputTokens int64
 	// WebSearchRequests counts the web searches Anthropic's server tool made for the
-	// request (usage.server_tool_use.web_search_requests, the largest reported), which
-	// it bills apiece on top of the tokens; OpenAI's web search tool's search actions
+	// request (usage.server_tool_use.web_search_requests, the largest reported; of a
+	// stream cut before its last message_delta, at least its web_search_tool_result
+	// blocks that are no error), which it bills apiece on top of the tokens; OpenAI's web search tool's search actions
 	// (its web_search_call items but those that opened a page or searched within one);
 	// Gemini's grounding search queries; 0 elsewhere.
 	WebSearchRequests int64

@@ -38,3 +38,46 @@ func TestWebSearchItemsAddedBeforeTheirAction(t *testing.T) {
 		t.Errorf("cut after an item was added: %d web searches, want 1 (its action unseen, perhaps a search)", n)
 	}
 }
+
+// An Anthropic stream reports its web searches only in its usage (message_delta's
+// server_tool_use.web_search_requests): cut before its last message_delta, the searches
+// its web_search_tool_result blocks showed are charged all the same (each a search
+// Anthropic bills), not 0, as an OpenAI stream cut after its searches is. A result that
+// is an error (web_search_tool_result_error: Anthropic bills no failed search) is not
+// counted; a stream whose usage came is charged its usage's count. The stream's
+// search blocks are read whatever the chunking (checkSplits).
+func TestAnthropicStreamCutAfterItsSearches(t *testing.T) {
+	start := "event: message_start\ndata: " + `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":2679,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3,"server_tool_use":{"web_search_requests":0}}}}` + "\n\n"
+	search := func(i int, result string) string {
+		return "event: content_block_start\ndata: " + fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"server_tool_use","id":"srvtoolu_%d","name":"web_search","input":{}}}`, 2*i, i) + "\n\n" +
+			"event: content_block_delta\ndata: " + fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"tolls\"}"}}`, 2*i) + "\n\n" +
+			"event: content_block_stop\ndata: " + fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, 2*i) + "\n\n" +
+			"event: content_block_start\ndata: " + fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_%d","content":%s}}`, 2*i+1, i, result) + "\n\n" +
+			"event: content_block_stop\ndata: " + fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, 2*i+1) + "\n\n"
+	}
+	found := `[{"type":"web_search_result","title":"Tolls","url":"https://example.com/tolls","encrypted_content":"EqgfCioIARgBIiQ3","page_age":null}]`
+	failed := `{"type":"web_search_tool_result_error","error_code":"max_uses_exceeded"}`
+	text := "event: content_block_start\ndata: " + `{"type":"content_block_start","index":9,"content_block":{"type":"text","text":""}}` + "\n\n" +
+		"event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":9,"delta":{"type":"text_delta","text":"Tolls rose."}}` + "\n\n"
+	end := "event: message_delta\ndata: " + `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":10682,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":510,"server_tool_use":{"web_search_requests":2}}}` + "\n\n" +
+		"event: message_stop\ndata: " + `{"type":"message_stop"}` + "\n\n"
+	cut := start + search(0, found) + search(1, found) + search(2, failed) + text
+	for _, tc := range []struct {
+		name string
+		body string
+		eos  bool
+		want int64
+	}{
+		{"cut after two searches and a failed one", cut, false, 2},
+		{"cut after one search", start + search(0, found), false, 1},
+		{"cut after a failed search", start + search(0, failed), false, 0},
+		{"whole: its usage's count", cut + end, true, 2},
+		{"whole, the usage counting fewer than the blocks: the usage's", start + search(0, found) + search(1, found) + search(2, found) + text + end, true, 2},
+	} {
+		for _, chunks := range [][][]byte{{[]byte(tc.body)}, bytewise([]byte(tc.body))} {
+			if got := run(ctSSE, nil, Limits{}, chunks, tc.eos).WebSearchRequests; got != tc.want {
+				t.Errorf("%s (%d chunks): %d web searches, want %d", tc.name, len(chunks), got, tc.want)
+			}
+		}
+	}
+}
