@@ -489,7 +489,9 @@ func (q *Queue) cutLocked(list *[]*entry) []*entry {
 	return batch
 }
 
-func (q *Queue) send(ctx context.Context, batch []*entry) {
+// send makes one Settle call of batch and reports whether some of its settlements went
+// back to the retry list (the call failed, or its answer missed them).
+func (q *Queue) send(ctx context.Context, batch []*entry) (retried bool) {
 	req := &internalv1.SettleRequest{Items: make([]*internalv1.SettleItem, len(batch))}
 	for i, e := range batch {
 		req.Items[i] = e.item
@@ -505,11 +507,11 @@ func (q *Queue) send(ctx context.Context, batch []*entry) {
 		if solo && len(batch) == 1 {
 			// The control plane refuses this one item outright; retrying cannot help.
 			q.finish(batch[0], Result{Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_INVALID, Message: err.Error()}, now)
-			return
+			return false
 		}
 		q.log.Warn("settle call failed; will retry", "items", len(batch), "error", err)
 		q.retry(batch, solo, now)
-		return
+		return true
 	}
 	results := resp.GetResults()
 	var again []*entry
@@ -526,6 +528,7 @@ func (q *Queue) send(ctx context.Context, batch []*entry) {
 		q.log.Warn("settle answer missed items; will retry", "items", len(again))
 		q.retry(again, false, now)
 	}
+	return len(again) > 0
 }
 
 // resultFor finds the result of item i: results come in request order, but a
@@ -705,9 +708,12 @@ func (q *Queue) Drain(ctx context.Context) {
 				if len(batch) == 0 {
 					return
 				}
-				q.send(ctx, batch)
-				if ctx.Err() == nil && q.Depth() > 0 {
-					// A failed batch went back to the retry list: pause briefly instead of spinning.
+				if retried := q.send(ctx, batch); retried && ctx.Err() == nil {
+					// A failed batch went back to the retry list, which take(true) gives back at
+					// once: pause briefly instead of spinning. Never after an answered batch:
+					// until 2026-12-07 every batch paused while more were queued, and the drain
+					// sent at most Workers batches per MinBackoff (5,120 settlements a second by
+					// default) while the shutdown's deadline ran out.
 					select {
 					case <-ctx.Done():
 					case <-time.After(q.cfg.MinBackoff):

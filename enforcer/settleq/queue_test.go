@@ -506,3 +506,31 @@ func TestEnqueueAfterTheDrainIsGivenUpLoudly(t *testing.T) {
 		t.Fatalf("a settlement enqueued after the drain was not given up loudly: %s", logs.String())
 	}
 }
+
+// A drain against a control plane that answers every call sends the whole queue, batch
+// after batch: the pause between its calls is for a batch that failed (it would
+// otherwise spin on the retry list), never after one that was answered. Until
+// 2026-12-07 it paused MinBackoff after every answered batch while more were queued:
+// the drain sent at most Workers batches per MinBackoff (5,120 settlements a second by
+// default), and what the shutdown's deadline left was given up, or kept in a spool that
+// a deleted pod's emptyDir takes with it.
+func TestDrainDoesNotPauseAfterAnAnsweredBatch(t *testing.T) {
+	s := &scripted{}
+	reg := prometheus.NewRegistry()
+	cfg := fastConfig()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour // a pause outlasts the drain's deadline
+	q := settleq.New(s, cfg, metrics.New(reg), slog.New(slog.NewTextHandler(&logBuf{}, nil)))
+	const n = 3 * 8 // three full batches
+	for i := range n {
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: fmt.Sprintf("req_%d", i), MemberId: "om_x"}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a bound, not a measure
+	defer cancel()
+	q.Drain(ctx)
+	if got := enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "settled"); got != n {
+		t.Fatalf("the drain settled %v of %d (abandoned %v) in %d calls", got, n,
+			enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "abandoned"), len(s.calls))
+	}
+}
