@@ -724,7 +724,7 @@ func (q *Queue) Drain(ctx context.Context) {
 	}
 	senders.Wait()
 	now := time.Now()
-	kept, abandoned := 0, 0
+	kept, named, abandoned := 0, 0, 0
 	for {
 		// Everything left is taken out and counted under one lock (whoever sees the
 		// queue empty, after it, reads every outcome counted): a lock, a labelled
@@ -756,8 +756,20 @@ func (q *Queue) Drain(ctx context.Context) {
 			break
 		}
 		for _, e := range left {
-			if e.ref.Spooled() || e.again {
+			if e.again {
 				continue // an entry sent again was answered once: dropped quietly (dropAgain)
+			}
+			if e.ref.Spooled() {
+				// Named too, with its re-send body, up to the same bound: the next start
+				// sends it only if it finds this spool, and a volume that goes with the pod
+				// (the chart's emptyDir, at every rollout) takes it along. A re-send of one
+				// the next start also sends is answered duplicate: charged once.
+				if named++; named <= maxAbandonLogs {
+					q.log.Warn("settlement left in the spool at shutdown: the next start on this spool sends it; if the spool is lost with the pod, re-send it",
+						"request_id", e.item.GetRequestId(), "organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(),
+						"queued_for", now.Sub(e.queued).String(), resendAttr(e.item))
+				}
+				continue
 			}
 			abandoned++
 			// One line per settlement names it for reconciliation, up to a bound: a
@@ -774,7 +786,7 @@ func (q *Queue) Drain(ctx context.Context) {
 	q.m.SettleQueueDepth.Set(float64(q.Depth()))
 	if kept > 0 {
 		q.log.Warn("settlements not answered before the shutdown deadline stay in the spool; the next start sends them",
-			"count", kept)
+			"count", kept, "not_logged", max(kept-maxAbandonLogs, 0))
 	}
 	if abandoned > maxAbandonLogs {
 		q.log.Error("SETTLEMENTS NOT DELIVERED: more were given up at shutdown than logged one by one",

@@ -287,3 +287,40 @@ func TestOverflowIntoTheSpoolIsKept(t *testing.T) {
 		}
 	}
 }
+
+// A settlement the drain leaves in the spool is named, with what re-sends it: the next
+// start sends it only if it finds the same spool, and the chart's emptyDir goes with a
+// deleted pod (every rollout). Until 2026-12-07 the shutdown said how many stayed and
+// not which, so what a rollout took with its pods could not be reconciled.
+func TestSettlementsLeftInTheSpoolAtShutdownAreNamed(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, metrics.Discard(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	down := &scripted{}
+	for range 1000 {
+		down.errs = append(down.errs, status.Error(codes.Unavailable, "down"))
+	}
+	logs := &logBuf{}
+	q := settleq.New(down, fastConfig(), metrics.Discard(), slog.New(slog.NewTextHandler(logs, nil)))
+	q.UseSpool(sp, nil)
+	res, _ := q.Reserve()
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_kept", OrganizationId: "org_a", MemberId: "om_a", Model: "gpt-4o",
+		InputTokens: 12, OutputTokens: 34}, res, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	q.Drain(ctx)
+	var line string
+	for l := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.Contains(l, "request_id=req_kept") {
+			line = l
+		}
+	}
+	if line == "" || !strings.Contains(line, `\"inputTokens\":12`) || !strings.Contains(line, "member_id=om_a") {
+		t.Fatalf("the settlement left in the spool is not named with its re-send body:\n%s", logs.String())
+	}
+}
