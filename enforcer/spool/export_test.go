@@ -1,6 +1,9 @@
 package spool
 
-import "time"
+import (
+	"os"
+	"time"
+)
 
 // ReopenNow lets the next Append try to begin a segment at once after a failed rotation
 // (reopen), without waiting out reopenEvery.
@@ -8,4 +11,21 @@ func (s *Spool) ReopenNow() {
 	s.mu.Lock()
 	s.reopenAt = time.Time{}
 	s.mu.Unlock()
+}
+
+// SetFsync replaces how Sync fsyncs the current segment, for the test's lifetime.
+func SetFsync(f func(*os.File) error) (restore func()) {
+	old := fsync
+	fsync = f
+	return func() { fsync = old }
+}
+
+// Free tells whether nothing holds the spool's lock at this moment (an Append or Ack
+// would not wait).
+func (s *Spool) Free() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	s.mu.Unlock()
+	return true
 }

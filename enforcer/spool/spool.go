@@ -548,15 +548,26 @@ func (s *Spool) ackClosed(ref Ref) error {
 
 func (s *Spool) setBytes() { s.m.SettleSpoolBytes.Set(float64(s.total)) }
 
-// Sync fsyncs what was written since the last sync.
+// fsync is how Sync fsyncs the current segment (a test replaces it).
+var fsync = (*os.File).Sync
+
+// Sync fsyncs what was written since the last sync. The fsync runs outside the lock:
+// it waits for the disk, and every settlement is written on its response's path (until
+// 2026-12-07 each waited for the second's fsync). A rotation or Close that closes the
+// segment meanwhile has synced it itself.
 func (s *Spool) Sync() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.f == nil || !s.dirty {
+	f := s.f
+	if f == nil || !s.dirty {
+		s.mu.Unlock()
 		return nil
 	}
 	s.dirty = false
-	return s.f.Sync()
+	s.mu.Unlock()
+	if err := fsync(f); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 // Run fsyncs every SyncEvery until ctx ends.

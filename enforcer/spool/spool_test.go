@@ -511,3 +511,36 @@ func TestFullDiskIsLoggedOncePerInterval(t *testing.T) {
 		t.Fatal("no settlement spooled once the disk had room again")
 	}
 }
+
+// The second's fsync does not hold the spool: settlements are written and acknowledged
+// while it runs. An fsync waits for the disk (hundreds of milliseconds on a busy or
+// degraded volume), and every settlement is written on its response's path (ext_proc
+// answers the end of a guarded response after it, the gateway's handler returns after
+// it, a check's void waits for it): until 2026-12-07 each of them waited for the fsync.
+func TestAppendDoesNotWaitForTheSecondsFsync(t *testing.T) {
+	s, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, metrics.Discard(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := s.Append(&internalv1.SettleItem{RequestId: "req_a"}); !ok {
+		t.Fatal("not spooled")
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer spool.SetFsync(func(f *os.File) error {
+		close(entered)
+		<-release
+		return f.Sync()
+	})()
+	synced := make(chan error)
+	go func() { synced <- s.Sync() }()
+	<-entered
+	free := s.Free()
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if !free {
+		t.Fatal("the spool's lock is held during the fsync: every settlement written meanwhile waits for the disk")
+	}
+}
