@@ -37,7 +37,8 @@ type Config struct {
 	CallTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a retry; it doubles per attempt.
 	MinBackoff, MaxBackoff time.Duration
-	// MaxAge is how long a settlement is retried before it is given up (loudly).
+	// MaxAge is how long a settlement is retried before it is given up (loudly); one
+	// kept in the spool is never given up, but named once and from then on sent alone.
 	MaxAge time.Duration
 	// Linger is how long a batch smaller than MaxBatch waits for more items, counted
 	// from its oldest item's arrival. Nothing waits for a settlement to be sent (the
@@ -185,6 +186,9 @@ type entry struct {
 	// solo entries are sent alone: their batch was refused as a whole, so one of its
 	// items is bad and the others must not share its fate.
 	solo bool
+	// overdue: a spooled entry retried past MaxAge, named once in the log, sent alone
+	// and kept (retry).
+	overdue bool
 	// urgent entries do not linger: a check waits for them (EnqueueNow).
 	urgent bool
 	// older and newer link the entries not yet finished (Queue.oldest).
@@ -546,14 +550,25 @@ func resultFor(results []*internalv1.SettleResult, i int, id string) *internalv1
 }
 
 func (q *Queue) retry(batch []*entry, solo bool, now time.Time) {
-	var giveUp []*entry
+	var giveUp, overdue []*entry
 	q.mu.Lock()
 	for _, e := range batch {
 		e.attempts++
 		e.solo = e.solo || solo
 		if now.Sub(e.queued) >= q.cfg.MaxAge {
-			giveUp = append(giveUp, e)
-			continue
+			if !e.ref.Spooled() {
+				giveUp = append(giveUp, e)
+				continue
+			}
+			// A spooled settlement is never given up for its age: the spool bounds what
+			// is kept, and an outage longer than MaxAge must not lose what it could not
+			// take (until 2026-12-07 it was acknowledged and dropped). From here it is
+			// sent alone, so that an item the control plane keeps failing as a whole
+			// batch's failure no longer holds back the settlements sharing its batches.
+			if !e.overdue {
+				e.overdue, e.solo = true, true
+				overdue = append(overdue, e)
+			}
 		}
 		q.m.SettleRetries.Inc()
 		e.next = now.Add(q.backoff(e.attempts))
@@ -563,6 +578,11 @@ func (q *Queue) retry(batch []*entry, solo bool, now time.Time) {
 	q.mu.Unlock()
 	for _, e := range giveUp {
 		q.abandon(e, now, "retried for longer than the maximum age")
+	}
+	for _, e := range overdue {
+		q.log.Error("SETTLEMENT OVERDUE: retried for longer than the maximum age; kept in the spool and retried alone",
+			"request_id", e.item.GetRequestId(), "organization_id", e.item.GetOrganizationId(),
+			"member_id", e.item.GetMemberId(), "attempts", e.attempts, "queued_for", now.Sub(e.queued).String())
 	}
 	q.wake()
 }

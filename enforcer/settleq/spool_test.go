@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/spool"
@@ -322,5 +326,85 @@ func TestSettlementsLeftInTheSpoolAtShutdownAreNamed(t *testing.T) {
 	}
 	if line == "" || !strings.Contains(line, `\"inputTokens\":12`) || !strings.Contains(line, "member_id=om_a") {
 		t.Fatalf("the settlement left in the spool is not named with its re-send body:\n%s", logs.String())
+	}
+}
+
+// poisoned answers Unavailable to every call that carries the poison item (a failure
+// of that one row that the control plane reports as the whole batch's: a missing grant,
+// a corrupt page) and settles every other call.
+type poisoned struct {
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (p *poisoned) Settle(_ context.Context, in *internalv1.SettleRequest, _ ...grpc.CallOption) (*internalv1.SettleResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	resp := &internalv1.SettleResponse{}
+	var ids []string
+	for _, it := range in.GetItems() {
+		ids = append(ids, it.GetRequestId())
+		resp.Results = append(resp.Results, &internalv1.SettleResult{RequestId: it.GetRequestId(), Outcome: internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED})
+	}
+	p.calls = append(p.calls, ids)
+	if slices.Contains(ids, "req_poison") {
+		return nil, status.Error(codes.Unavailable, "could not read block 7 of relation usage_receipts")
+	}
+	return resp, nil
+}
+
+// A spooled settlement is never given up for its age: the spool, not the age, bounds
+// what is kept, and a control plane that fails longer than MaxAge (a Postgres outage
+// over a night) must not lose the accounting of what it could not take. Past MaxAge it
+// is named in the log and sent alone, so that one item the control plane keeps failing
+// no longer holds back the settlements that shared its batches.
+func TestASpooledSettlementPastMaxAgeIsKeptAndSentAlone(t *testing.T) {
+	logs := &logBuf{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	cfg := fastConfig()
+	cfg.MaxAge = 30 * time.Millisecond
+	cfg.Linger = 20 * time.Millisecond // the two share their first batches
+	p := &poisoned{}
+	q := settleq.New(p, cfg, m, log)
+	q.UseSpool(sp, nil)
+	results := make(chan settleq.Result, 2)
+	for _, id := range []string{"req_poison", "req_healthy"} {
+		res, _ := q.Reserve()
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id, MemberId: "om_a"}, res, func(r settleq.Result) { results <- r }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	select {
+	case r := <-results:
+		if r.Err != nil || r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("the healthy settlement: %+v (calls %v)", r, p.calls)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the healthy settlement never went through")
+	}
+	// The poisoned one is still being retried, past MaxAge, and is still in the spool.
+	for !strings.Contains(logs.String(), "SETTLEMENT OVERDUE") {
+		select {
+		case r := <-results:
+			t.Fatalf("the poisoned settlement was finished: %+v", r)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if got := enforcertest.Value(reg, "tollgate_enforcer_settlements_total", "outcome", "abandoned"); got != 0 ||
+		strings.Contains(logs.String(), "NOT DELIVERED") || q.Depth() != 1 {
+		t.Fatalf("abandoned %v, depth %d; a spooled settlement must be kept:\n%s", got, q.Depth(), logs)
+	}
+	if !strings.Contains(logs.String(), "req_poison") {
+		t.Fatalf("the overdue settlement is not named:\n%s", logs)
 	}
 }
