@@ -312,8 +312,8 @@ const (
 var bufPool = sync.Pool{New: func() any { b := make([]byte, largeReadBytes); return &b }}
 
 // releasingReader is a request body that lets go of its bytes once read to the end or
-// closed: a long stream does not keep its prompt in memory (no GetBody is set, so the
-// transport never replays it).
+// closed: a long stream does not keep its prompt in memory (its GetBody, resendable,
+// forgets them once the upstream answered).
 type releasingReader struct{ b []byte }
 
 func (r *releasingReader) Read(p []byte) (int, error) {
@@ -327,6 +327,36 @@ func (r *releasingReader) Read(p []byte) (int, error) {
 }
 
 func (r *releasingReader) Close() error { r.b = nil; return nil }
+
+// resendable lets the transport send a body in memory again while the upstream has not
+// answered (Request.GetBody), and only then: once RoundTrip returns, the body is
+// forgotten, so a long stream still keeps no copy of its prompt. net/http sends a
+// request again only when the upstream said it did not process it: HTTP/2's GOAWAY
+// naming a last stream below the request's, or its REFUSED_STREAM (RFC 9113, 8.7), as
+// a provider's front end draining a connection answers the requests in flight on it.
+// Without a body to send again, such a request failed 502, charged its input estimate
+// (the whole request had been written), where a client calling the provider with
+// net/http's client or the official Go SDKs (their bodies can be read again) never
+// sees the drain.
+type resendable struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (r *resendable) body() (io.ReadCloser, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.b == nil {
+		return nil, errors.New("gateway: the request body is no longer held")
+	}
+	return &releasingReader{b: r.b}, nil
+}
+
+func (r *resendable) forget() {
+	r.mu.Lock()
+	r.b = nil
+	r.mu.Unlock()
+}
 
 // ServeHTTP proxies one request. It is split in steps, each its own call, for the
 // memory an idle stream holds: the handler goroutine waits for the next chunk inside
@@ -1099,8 +1129,16 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		}
 	}
 	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
+	var again *resendable
+	if in, ok := out.Body.(*releasingReader); ok {
+		again = &resendable{b: in.b}
+		out.GetBody = again.body
+	}
 	sent := time.Now()
 	resp, err := gw.up.RoundTrip(out)
+	if again != nil {
+		again.forget()
+	}
 	if err != nil {
 		p.upstreamFailed(w, r, err)
 		return nil, false
