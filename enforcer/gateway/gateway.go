@@ -330,10 +330,13 @@ func (r *releasingReader) Close() error { r.b = nil; return nil }
 
 // resendable lets the transport send a body in memory again while the upstream has not
 // answered (Request.GetBody), and only then: once RoundTrip returns, the body is
-// forgotten, so a long stream still keeps no copy of its prompt. net/http sends a
-// request again only when the upstream said it did not process it: HTTP/2's GOAWAY
-// naming a last stream below the request's, or its REFUSED_STREAM (RFC 9113, 8.7), as
-// a provider's front end draining a connection answers the requests in flight on it.
+// forgotten, so a long stream still keeps no copy of its prompt. net/http sends a POST
+// again when the upstream said it did not process it: HTTP/2's GOAWAY naming a last
+// stream below the request's, or its REFUSED_STREAM (RFC 9113, 8.7), as a provider's
+// front end draining a connection answers the requests in flight on it (and, by its
+// own judgement, an HTTP/2 PROTOCOL_ERROR from the peer); over HTTP/1.1 only one its
+// client marked idempotent (Idempotency-Key) whose kept connection failed before any
+// answer.
 // Without a body to send again, such a request failed 502, charged its input estimate
 // (the whole request had been written), where a client calling the provider with
 // net/http's client or the official Go SDKs (their bodies can be read again) never
