@@ -208,6 +208,38 @@ func TestControlPlaneDownOnIdentityMiss(t *testing.T) {
 	}
 }
 
+// A control plane down for longer than the identity cache's TTL: in open mode the
+// enforcer goes on with the identities it held (their checks are charged to their
+// members, a blocked member is still refused on its last record), rather than admitting
+// every one of them unidentified, which recorded nothing and let a member over a hard
+// limit through for as long as the outage lasted.
+func TestControlPlaneDownPastTheIdentityTTLKeepsWhoItKnew(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{FailOpen: true})
+	known := newMember(e, dayLimit(1*usd, true))
+	blocked := newMember(e, dayLimit(1*usd, true))
+	e.CP.SetSpend(blocked.member, window.Day, 1*usd)
+	e.CP.SetPrice("gpt-test", 1, 1)
+	requestID(t, e, known.key)
+	denied(t, e.Check(t, map[string]string{"x-api-key": blocked.key}), 429)
+
+	e.CP.Fail("Authenticate", true)
+	e.CP.Fail("Start", true)
+	e.Clock.Advance(31 * time.Second) // past the identity TTL (30s)
+
+	denied(t, e.Check(t, map[string]string{"x-api-key": blocked.key}), 429)
+	reqID, state := requestID(t, e, known.key)
+	if reqID == "" || state != "within_limit" {
+		t.Fatalf("admitted with request id %q in state %q, want one charged to the member within its limit", reqID, state)
+	}
+	if e.Metric("tollgate_enforcer_decisions_total", "decision", "fail_open", "reason", "controlplane") != 1 {
+		t.Fatal("fail-open admission not counted")
+	}
+	settle(t, e, reqID)
+	if rc := e.CP.Receipt(reqID); rc.Item.GetMemberId() != known.member || rc.Cost != 110 {
+		t.Fatalf("receipt %+v", rc)
+	}
+}
+
 func TestRedisFlushedNeverAdmitsOnAnInventedZero(t *testing.T) {
 	// Every check reads the record here (no kept blocks): the reads are what this
 	// test watches.

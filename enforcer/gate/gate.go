@@ -502,6 +502,17 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 			return Answer{}, ctx.Err()
 		}
 		g.authFailed.Log(g.Log, slog.LevelWarn, "authenticate failed", "error", err)
+		// A credential whose identity the cache held until its TTL ran out is still
+		// its member's: open mode decides on the member's last-known record and
+		// charges the member, as when Redis is down, rather than admitting it
+		// unidentified (recorded nowhere, a blocked member let through).
+		var lk *identity.LastKnownError
+		if errors.As(err, &lk) {
+			id := lk.Last
+			a := g.failure(ReasonControlPlane, &id, g.Records.LastKnown(id.MemberID))
+			a.MemberID, a.OrganizationID = id.MemberID, id.OrganizationID
+			return a, nil
+		}
 		return g.failure(ReasonControlPlane, nil, nil), nil
 	}
 	if answered {

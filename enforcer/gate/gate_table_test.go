@@ -361,6 +361,13 @@ func gateCases() []gateCase {
 			f.records.last = last
 		}
 	}
+	// The identity call fails for a credential the cache held (identity.LastKnownError).
+	lastKnownIdentity := func(last *mirror.Record) func(f *fakes, _ *gate.Gate) {
+		return func(f *fakes, _ *gate.Gate) {
+			f.ids.err = &identity.LastKnownError{Last: f.ids.id, Err: errControlPlane}
+			f.records.last = last
+		}
+	}
 	rec := func(r *mirror.Record) func(f *fakes, _ *gate.Gate) {
 		return func(f *fakes, _ *gate.Gate) { f.records.rec = r }
 	}
@@ -544,6 +551,13 @@ func gateCases() []gateCase {
 			want: unavailable("controlplane", 0)},
 		{name: "control plane down on an identity miss, open: admitted without a request id", open: true,
 			setup: func(f *fakes, _ *gate.Gate) { f.ids.err = errControlPlane }, want: failOpen("controlplane", "unknown", "", 0)},
+		{name: "control plane down past a held identity's TTL", setup: lastKnownIdentity(withinRecord), want: unavailable("controlplane", 0)},
+		{name: "control plane down past a held identity's TTL, open: admitted on the member's last record", open: true,
+			setup: lastKnownIdentity(withinRecord), want: failOpen("controlplane", "within_limit", "open", 0)},
+		{name: "control plane down past a held identity's TTL, open: the last record still blocks", open: true,
+			setup: lastKnownIdentity(blockedRecord), want: blocked},
+		{name: "control plane down past a held identity's TTL, open: no record, admitted as unknown, charged", open: true,
+			setup: lastKnownIdentity(nil), want: failOpen("controlplane", "unknown", "open_without_record", 0)},
 		{name: "redis down", setup: redisDown(withinRecord), want: unavailable("redis", 0)},
 		{name: "redis down, open: admitted on the last record read", open: true, setup: redisDown(withinRecord),
 			want: failOpen("redis", "within_limit", "open", 0)},

@@ -156,7 +156,23 @@ type entry struct {
 	// refresh is when a hit starts a background refresh; a hit that starts one moves it
 	// on by CallTimeout, so one refresh at a time is out per credential.
 	refresh time.Time
+	// untilMs is the credential's own expiry (Unix ms, 0 for none), which bounds the
+	// entry's use as the last-known identity too (LastKnownError).
+	untilMs int64
 }
+
+// LastKnownError is Lookup's error when the control plane could not be asked about a
+// credential whose identity the cache held, active, until its TTL ran out: Last is that
+// identity, for open failure mode to charge the credential's member on its last-known
+// record rather than admit the request unidentified. Invalidations and flushes forget
+// it as they forget a live entry, and it ends at the credential's own expiry.
+type LastKnownError struct {
+	Last Identity
+	Err  error
+}
+
+func (e *LastKnownError) Error() string { return e.Err.Error() }
+func (e *LastKnownError) Unwrap() error { return e.Err }
 
 // New returns an empty cache backed by the control plane.
 func New(cp Authenticator, cfg Config, clk clock.Clock, m *metrics.Metrics, log *slog.Logger) *Cache {
@@ -224,7 +240,8 @@ func (c *Cache) Capacity() int { return c.cfg.MaxEntries }
 func (c *Cache) shard(h *[32]byte) *shard { return &c.shards[h[0]%byte(len(c.shards))] }
 
 // Lookup returns the identity of a raw credential of the given kind. An error means
-// the control plane could not be asked (infrastructure), never "unknown credential".
+// the control plane could not be asked (infrastructure), never "unknown credential"; it
+// is a *LastKnownError when the cache held an active identity for the credential.
 func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secret string) (Identity, error) {
 	h := hashOf(secret)
 	s := c.shard(&h)
@@ -243,7 +260,27 @@ func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secr
 		}
 		return e.id, nil
 	}
-	return c.ask(ctx, kind, h)
+	id, err := c.ask(ctx, kind, h)
+	if err != nil {
+		if last, ok := c.lastKnown(&h, kind); ok {
+			return Identity{}, &LastKnownError{Last: last, Err: err}
+		}
+	}
+	return id, err
+}
+
+// lastKnown is the active identity the cache still holds for credential h past its TTL
+// (an entry is dropped only when evicted, invalidated, flushed or replaced), unless the
+// credential itself has expired since.
+func (c *Cache) lastKnown(h *[32]byte, kind internalv1.CredentialKind) (Identity, bool) {
+	s := c.shard(h)
+	s.mu.RLock()
+	e, ok := s.m[*h]
+	s.mu.RUnlock()
+	if !ok || e.kind != kind || !e.id.Found || !e.id.Active || (e.untilMs != 0 && c.clk.Now().UnixMilli() >= e.untilMs) {
+		return Identity{}, false
+	}
+	return e.id, true
 }
 
 // refreshAhead asks the control plane again for an entry past its refresh time,
@@ -364,6 +401,7 @@ func (c *Cache) store(h [32]byte, kind internalv1.CredentialKind, id Identity, u
 		if until.Before(e.refresh) {
 			e.refresh = until
 		}
+		e.untilMs = until.UnixMilli()
 	}
 	s.m[h] = e
 }

@@ -509,3 +509,42 @@ func TestDistinctUnknownKeysNeverGrowTheCachePastItsBound(t *testing.T) {
 		}
 	}
 }
+
+// A control plane that cannot be asked past an entry's TTL: the lookup fails with the
+// identity the cache held (LastKnownError), unless it was invalidated, unknown, or the
+// credential has expired meanwhile.
+func TestLastKnownIdentityWhenTheControlPlaneCannotBeAsked(t *testing.T) {
+	c, a, clk := setup(t)
+	a.known[hashHex("tgk_carol")] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: "om_carol",
+		ApiKeyId: "apk_carol", ExpiresAtUnixMs: clk.Now().Add(time.Minute).UnixMilli()}
+	for _, k := range []string{"tgk_alice", "tgk_bob", "tgk_carol", "tgk_nobody"} {
+		lookup(t, c, k)
+	}
+	c.Invalidate(mirror.Invalidation{Kind: mirror.KindAPIKey, ID: "apk_bob"})
+	a.err = errors.New("control plane down")
+	clk.Advance(31 * time.Second)
+	_, err := c.Lookup(context.Background(), apiKey, "tgk_alice")
+	var lk *identity.LastKnownError
+	if !errors.As(err, &lk) || !errors.Is(err, a.err) || lk.Last.MemberID != "om_alice" || !lk.Last.Active {
+		t.Fatalf("alice: %v", err)
+	}
+	if _, err := c.Lookup(context.Background(), internalv1.CredentialKind_CREDENTIAL_KIND_SESSION, "tgk_alice"); errors.As(err, &lk) {
+		t.Fatal("a key's identity served for a session")
+	}
+	for _, k := range []string{"tgk_bob", "tgk_nobody", "tgk_never_seen"} {
+		if _, err := c.Lookup(context.Background(), apiKey, k); err == nil || errors.As(err, &lk) {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	if _, err := c.Lookup(context.Background(), apiKey, "tgk_carol"); !errors.As(err, &lk) {
+		t.Fatalf("carol before her key's expiry: %v", err)
+	}
+	clk.Advance(30 * time.Second) // past carol's key's expiry
+	if _, err := c.Lookup(context.Background(), apiKey, "tgk_carol"); err == nil || errors.As(err, &lk) {
+		t.Fatalf("carol past her key's expiry: %v", err)
+	}
+	c.Flush()
+	if _, err := c.Lookup(context.Background(), apiKey, "tgk_alice"); err == nil || errors.As(err, &lk) {
+		t.Fatalf("alice after a flush: %v", err)
+	}
+}
