@@ -8,7 +8,7 @@
 // out signed by the operator's role.
 //
 // The credentials come from AWS's own SDK (aws-sdk-go-v2's default chain, cached and
-// refreshed before they expire by its CredentialsCache); the signature is its v4
+// refreshed ExpiryWindow before they expire by its CredentialsCache); the signature is its v4
 // signer's, over the request as it is sent (the body's SHA-256 included).
 package awsauth
 
@@ -35,6 +35,15 @@ const DefaultService = "bedrock"
 // STS call, the instance's metadata), as long as a token route's (tokencache).
 const FetchTimeout = tokencache.DefaultTimeout
 
+// ExpiryWindow is how long before their expiry temporary credentials (a web identity's,
+// a credential process's, an instance's) are fetched again: the SDK's cache otherwise
+// keeps them to their last instant (an ExpiryWindow of 0, but for container
+// credentials), so a request signed then reaches Bedrock after they expired and is
+// refused with ExpiredTokenException, and every request of that instant waits for the
+// fetch. A minute is well under the shortest lifetime AWS gives such credentials (15
+// minutes for an assumed role).
+const ExpiryWindow = time.Minute
+
 // unsignedPayload is what a signature says of a body it does not hash (one streamed
 // as it came: an upload).
 const unsignedPayload = "UNSIGNED-PAYLOAD"
@@ -56,7 +65,9 @@ func New(ctx context.Context, region, service string) (*Signer, error) {
 	if service == "" {
 		service = DefaultService
 	}
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region))
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region), config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) {
+		o.ExpiryWindow = ExpiryWindow
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("AWS configuration: %w", err)
 	}

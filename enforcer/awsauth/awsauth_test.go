@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -142,4 +143,43 @@ func TestNoCredentials(t *testing.T) {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// Temporary credentials are fetched again before they expire, not used to their last
+// instant: a request signed in the last moments of its credentials reaches AWS after
+// they expired and is refused (ExpiredTokenException), which the SDK's ExpiryWindow
+// exists to prevent. Here a credential process hands out credentials that expire in
+// 30s: the next signature fetches new ones.
+func TestCredentialsAboutToExpireAreFetchedAgain(t *testing.T) {
+	isolate(t, "")
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	script := filepath.Join(dir, "creds.sh")
+	exp := time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339)
+	body := "#!/bin/sh\necho x >> " + count + "\necho '{\"Version\":1,\"AccessKeyId\":\"AKIDPROC\",\"SecretAccessKey\":\"secret-AKIDPROC\",\"SessionToken\":\"session-AKIDPROC\",\"Expiration\":\"" + exp + "\"}'\n"
+	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(os.Getenv("AWS_CONFIG_FILE"), []byte("[profile proc]\ncredential_process = "+script+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_PROFILE", "proc")
+	s, err := awsauth.New(context.Background(), "us-east-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		req, _ := http.NewRequest("POST", "https://bedrock-runtime.us-east-1.amazonaws.com/x", nil)
+		if err := s.Sign(context.Background(), req, []byte("{}"), false); err != nil {
+			t.Fatal(err)
+		}
+		verify(t, req, []byte("{}"), "AKIDPROC", "us-east-1", "bedrock")
+	}
+	b, err := os.ReadFile(count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("x")); n != 2 {
+		t.Fatalf("credentials fetched %d times for 2 signatures, 30s before they expire; want 2", n)
+	}
 }
