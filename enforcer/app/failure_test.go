@@ -240,6 +240,27 @@ func TestControlPlaneDownPastTheIdentityTTLKeepsWhoItKnew(t *testing.T) {
 	}
 }
 
+// A key the control plane last answered as revoked stays refused while the control
+// plane cannot be asked, in both modes: open mode admitted it, unidentified and free, as
+// soon as its 5s negative entry ran out, so a removed member's scripts went on working
+// through every control plane outage.
+func TestRevokedKeyStaysRefusedWhileTheControlPlaneIsDown(t *testing.T) {
+	for _, mode := range []string{"closed", "open"} {
+		t.Run(mode, func(t *testing.T) {
+			e := enforcertest.New(t, enforcertest.Options{FailOpen: mode == "open"})
+			w := newMember(e, dayLimit(1*usd, true))
+			requestID(t, e, w.key)
+			e.CP.RevokeKey(w.key)
+			e.AwaitInvalidations(t, "credential", 1)
+			denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 401)
+
+			e.CP.Fail("Authenticate", true)
+			e.Clock.Advance(6 * time.Second) // past the negative entry's TTL (5s)
+			denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 401)
+		})
+	}
+}
+
 func TestRedisFlushedNeverAdmitsOnAnInventedZero(t *testing.T) {
 	// Every check reads the record here (no kept blocks): the reads are what this
 	// test watches.

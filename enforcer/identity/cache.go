@@ -263,22 +263,34 @@ func (c *Cache) Lookup(ctx context.Context, kind internalv1.CredentialKind, secr
 	id, err := c.ask(ctx, kind, h)
 	if err != nil {
 		if last, ok := c.lastKnown(&h, kind); ok {
+			if !last.Found || !last.Active {
+				// The control plane's last word was a refusal (unknown, revoked, expired,
+				// removed), which no later answer turns into an admission but a new
+				// credential's: it stands while the control plane cannot be asked, in
+				// either failure mode. Before 2026-12-07 open mode admitted a revoked key,
+				// unidentified, once its negative entry's 5s had run out.
+				return last, nil
+			}
 			return Identity{}, &LastKnownError{Last: last, Err: err}
 		}
 	}
 	return id, err
 }
 
-// lastKnown is the active identity the cache still holds for credential h past its TTL
-// (an entry is dropped only when evicted, invalidated, flushed or replaced), unless the
-// credential itself has expired since.
+// lastKnown is the identity the cache still holds for credential h past its TTL (an
+// entry is dropped only when evicted, invalidated, flushed or replaced): an active one,
+// or a refusal (not found, or inactive; an active identity whose credential has expired
+// since is not found).
 func (c *Cache) lastKnown(h *[32]byte, kind internalv1.CredentialKind) (Identity, bool) {
 	s := c.shard(h)
 	s.mu.RLock()
 	e, ok := s.m[*h]
 	s.mu.RUnlock()
-	if !ok || e.kind != kind || !e.id.Found || !e.id.Active || (e.untilMs != 0 && c.clk.Now().UnixMilli() >= e.untilMs) {
+	if !ok || e.kind != kind {
 		return Identity{}, false
+	}
+	if e.untilMs != 0 && c.clk.Now().UnixMilli() >= e.untilMs {
+		return Identity{}, true
 	}
 	return e.id, true
 }

@@ -511,8 +511,9 @@ func TestDistinctUnknownKeysNeverGrowTheCachePastItsBound(t *testing.T) {
 }
 
 // A control plane that cannot be asked past an entry's TTL: the lookup fails with the
-// identity the cache held (LastKnownError), unless it was invalidated, unknown, or the
-// credential has expired meanwhile.
+// active identity the cache held (LastKnownError); a refusal it held (an unknown
+// credential, one expired meanwhile) stands, with no error; an invalidated or flushed
+// entry is forgotten (the error alone).
 func TestLastKnownIdentityWhenTheControlPlaneCannotBeAsked(t *testing.T) {
 	c, a, clk := setup(t)
 	a.known[hashHex("tgk_carol")] = &internalv1.AuthenticateResponse{Found: true, Active: true, OrganizationId: "org_1", MemberId: "om_carol",
@@ -531,17 +532,20 @@ func TestLastKnownIdentityWhenTheControlPlaneCannotBeAsked(t *testing.T) {
 	if _, err := c.Lookup(context.Background(), internalv1.CredentialKind_CREDENTIAL_KIND_SESSION, "tgk_alice"); errors.As(err, &lk) {
 		t.Fatal("a key's identity served for a session")
 	}
-	for _, k := range []string{"tgk_bob", "tgk_nobody", "tgk_never_seen"} {
+	for _, k := range []string{"tgk_bob", "tgk_never_seen"} {
 		if _, err := c.Lookup(context.Background(), apiKey, k); err == nil || errors.As(err, &lk) {
 			t.Fatalf("%s: %v", k, err)
 		}
+	}
+	if id, err := c.Lookup(context.Background(), apiKey, "tgk_nobody"); err != nil || id.Found {
+		t.Fatalf("an unknown key while the control plane is down: %+v %v", id, err)
 	}
 	if _, err := c.Lookup(context.Background(), apiKey, "tgk_carol"); !errors.As(err, &lk) {
 		t.Fatalf("carol before her key's expiry: %v", err)
 	}
 	clk.Advance(30 * time.Second) // past carol's key's expiry
-	if _, err := c.Lookup(context.Background(), apiKey, "tgk_carol"); err == nil || errors.As(err, &lk) {
-		t.Fatalf("carol past her key's expiry: %v", err)
+	if id, err := c.Lookup(context.Background(), apiKey, "tgk_carol"); err != nil || id.Found {
+		t.Fatalf("carol past her key's expiry: %+v %v", id, err)
 	}
 	c.Flush()
 	if _, err := c.Lookup(context.Background(), apiKey, "tgk_alice"); err == nil || errors.As(err, &lk) {
