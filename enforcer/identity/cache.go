@@ -471,13 +471,21 @@ func (c *Cache) Invalidate(inv mirror.Invalidation) {
 	case mirror.KindMember, mirror.KindAPIKey:
 		c.invalidated(invalidated{kind: inv.Kind, id: inv.ID})
 		// Rare events: a scan of the cache is cheaper than keeping reverse indexes up
-		// to date on every check.
+		// to date on every check. The entries are not dropped but turned into what the
+		// control plane answers now (a revoked key is unknown, a removed member
+		// inactive), already expired: the next check asks again, and while the control
+		// plane cannot answer the refusal stands (Lookup) rather than nothing being
+		// known, which open mode admitted unidentified.
 		for i := range c.shards {
 			s := &c.shards[i]
 			s.mu.Lock()
 			for k, e := range s.m {
-				if (inv.Kind == mirror.KindMember && e.id.MemberID == inv.ID) || (inv.Kind == mirror.KindAPIKey && e.id.APIKeyID == inv.ID) {
-					delete(s.m, k)
+				switch {
+				case inv.Kind == mirror.KindAPIKey && e.id.APIKeyID == inv.ID:
+					s.m[k] = entry{kind: e.kind}
+				case inv.Kind == mirror.KindMember && e.id.MemberID == inv.ID:
+					e.id.Active = false
+					s.m[k] = entry{id: e.id, kind: e.kind}
 				}
 			}
 			s.mu.Unlock()

@@ -512,7 +512,7 @@ func TestDistinctUnknownKeysNeverGrowTheCachePastItsBound(t *testing.T) {
 
 // A control plane that cannot be asked past an entry's TTL: the lookup fails with the
 // active identity the cache held (LastKnownError); a refusal it held (an unknown
-// credential, one expired meanwhile) stands, with no error; an invalidated or flushed
+// credential, a revoked one, one expired meanwhile) stands, with no error; a flushed
 // entry is forgotten (the error alone).
 func TestLastKnownIdentityWhenTheControlPlaneCannotBeAsked(t *testing.T) {
 	c, a, clk := setup(t)
@@ -532,13 +532,15 @@ func TestLastKnownIdentityWhenTheControlPlaneCannotBeAsked(t *testing.T) {
 	if _, err := c.Lookup(context.Background(), internalv1.CredentialKind_CREDENTIAL_KIND_SESSION, "tgk_alice"); errors.As(err, &lk) {
 		t.Fatal("a key's identity served for a session")
 	}
-	for _, k := range []string{"tgk_bob", "tgk_never_seen"} {
+	for _, k := range []string{"tgk_never_seen"} {
 		if _, err := c.Lookup(context.Background(), apiKey, k); err == nil || errors.As(err, &lk) {
 			t.Fatalf("%s: %v", k, err)
 		}
 	}
-	if id, err := c.Lookup(context.Background(), apiKey, "tgk_nobody"); err != nil || id.Found {
-		t.Fatalf("an unknown key while the control plane is down: %+v %v", id, err)
+	for _, k := range []string{"tgk_nobody", "tgk_bob"} { // unknown; revoked
+		if id, err := c.Lookup(context.Background(), apiKey, k); err != nil || id.Found {
+			t.Fatalf("%s while the control plane is down: %+v %v", k, id, err)
+		}
 	}
 	if _, err := c.Lookup(context.Background(), apiKey, "tgk_carol"); !errors.As(err, &lk) {
 		t.Fatalf("carol before her key's expiry: %v", err)
@@ -550,5 +552,30 @@ func TestLastKnownIdentityWhenTheControlPlaneCannotBeAsked(t *testing.T) {
 	c.Flush()
 	if _, err := c.Lookup(context.Background(), apiKey, "tgk_alice"); err == nil || errors.As(err, &lk) {
 		t.Fatalf("alice after a flush: %v", err)
+	}
+}
+
+// An invalidated key or member is remembered as refused, not merely forgotten: a check
+// that finds the control plane unreachable right after the revocation is refused (the
+// control plane's next answer replaces it as any answer does), where it found no
+// identity at all and open mode admitted it unidentified.
+func TestRevokedKeyOrRemovedMemberIsRefusedWhileTheControlPlaneIsDown(t *testing.T) {
+	c, a, _ := setup(t)
+	lookup(t, c, "tgk_alice")
+	lookup(t, c, "tgk_bob")
+	c.Invalidate(mirror.Invalidation{Kind: mirror.KindAPIKey, ID: "apk_alice"})
+	c.Invalidate(mirror.Invalidation{Kind: mirror.KindMember, ID: "om_bob"})
+	a.err = errors.New("control plane down")
+	if id, err := c.Lookup(context.Background(), apiKey, "tgk_alice"); err != nil || id.Found {
+		t.Fatalf("a revoked key: %+v %v", id, err)
+	}
+	if id, err := c.Lookup(context.Background(), apiKey, "tgk_bob"); err != nil || id.Active || id.MemberID != "om_bob" {
+		t.Fatalf("a removed member's key: %+v %v", id, err)
+	}
+	// The control plane's next answer is asked for and replaces the refusal.
+	a.err = nil
+	calls := a.calls.Load()
+	if id := lookup(t, c, "tgk_alice"); !id.Found || a.calls.Load() != calls+1 {
+		t.Fatalf("after the control plane is back: %+v, %d calls", id, a.calls.Load()-calls)
 	}
 }
