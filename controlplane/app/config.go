@@ -135,12 +135,15 @@ type subcommand struct {
 
 // subcommands are the control plane's subcommands (usage, in app.go, lists them).
 var subcommands = map[string]subcommand{
-	"serve": {allKnobs, `Usage: %s [serve] [flags]
+	"serve": {allKnobs, `Usage: %[1]s [serve] [flags]
 
 Serves the REST API, the internal gRPC API for enforcers and the admin port (/healthz,
 /readyz, /metrics) until SIGTERM or SIGINT, then drains. Refuses a database whose schema
-lacks a migration of this build, unless --auto-migrate.`},
-	"migrate": {databaseKnobs | logKnobs | migrateKnobs, `Usage: %s migrate [--to N] [flags]
+lacks a migration of this build, unless --auto-migrate.
+
+Example:
+  TOLLGATE_DATABASE_URL=postgres://... TOLLGATE_INTERNAL_TOKEN=... %[1]s serve`},
+	"migrate": {databaseKnobs | logKnobs | migrateKnobs, `Usage: %[1]s migrate [--to N] [flags]
 
 Applies the embedded database migrations the database lacks, and exits. A schema a
 newer build migrated is accepted when every migration this build does not know says
@@ -148,18 +151,28 @@ this build can run on it (its oldest reader); otherwise it is refused, naming th
 With --to N, moves the schema to version N instead, reverting this build's migrations
 above it with their down files (or applying those up to it), and prints each step: run
 it with the newer build's image before rolling back to a build whose latest migration
-is N (docs/admin.md, "Rolling back").`},
-	"resync": {databaseKnobs | logKnobs | redisKnobs, `Usage: %s resync [flags]
+is N (docs/admin.md, "Rolling back").
+
+Example:
+  %[1]s migrate --database-url postgres://tollgate@db:5432/tollgate
+  %[1]s migrate --to 33          # before rolling back to a build whose latest is 33`},
+	"resync": {databaseKnobs | logKnobs | redisKnobs, `Usage: %[1]s resync [flags]
 
 Rebuilds the enforcers' Redis mirror from Postgres under a new generation, and exits
-(a running control plane also does it by itself when Redis loses its data).`},
-	"bootstrap-admin": {databaseKnobs | logKnobs | redisKnobs, `Usage: echo PASSWORD | %s bootstrap-admin --email E [flags]
+(a running control plane also does it by itself when Redis loses its data).
+
+Example:
+  %[1]s resync --redis-url redis://redis:6379/0`},
+	"bootstrap-admin": {databaseKnobs | logKnobs | redisKnobs, `Usage: echo PASSWORD | %[1]s bootstrap-admin --email E [flags]
 
 Creates a platform administrator, or resets their password, so that a fresh install has
 its first one. A reset ends the account's sessions and revokes its API keys, and tells the
 enforcers, through the mirror's Redis, to forget them. The password is the first line of standard input, never a flag, so that
-it stays out of shell history and process listings.`},
-	"retention": {databaseKnobs | logKnobs | retentionKnobs, `Usage: %s retention [--apply] [flags]
+it stays out of shell history and process listings.
+
+Example:
+  read -rs PW && echo "$PW" | %[1]s bootstrap-admin --email admin@example.com`},
+	"retention": {databaseKnobs | logKnobs | retentionKnobs, `Usage: %[1]s retention [--apply] [flags]
 
 Removes request-level data older than --retention-age, in batches of --retention-batch
 rows, logging progress, and prints what it removed and what it kept and why: the raw
@@ -169,7 +182,11 @@ before it. Counters, receipts' costs and charges, tracking rows, audit events, o
 quarantine records, live sessions and open invitations stay;
 a pending start is never touched.
 Without --apply it only previews. Serve can run it on a schedule
-(TOLLGATE_RETENTION_INTERVAL).`},
+(TOLLGATE_RETENTION_INTERVAL).
+
+Example:
+  %[1]s retention --retention-age 2160h           # preview: what would go
+  %[1]s retention --retention-age 2160h --apply`},
 }
 
 // parseConfig builds the config of a subcommand from its flags and the environment, and

@@ -22,7 +22,10 @@ const maxAuditEvents = 10_000
 func auditCmd(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := newFlagSet("audit", "Usage: tollgate audit [--platform] [--actor ID] [--action NAME] [--since RFC3339] [--until RFC3339] [--limit N] [--json]\n\n"+
 		"Prints the audit trail, newest first: the API key's organization's (an owner's or admin's key)\n"+
-		"or, with --platform, the platform's (a platform administrator's key).", stdio)
+		"or, with --platform, the platform's (a platform administrator's key).\n\n"+
+		"Example:\n"+
+		"  tollgate audit --action usage.capture.suspend --since 2026-01-01T00:00:00Z\n"+
+		"  tollgate audit --platform --limit 200 --json", stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	platform := fs.Bool("platform", false, "read the platform's trail instead of an organization's")

@@ -35,7 +35,7 @@ import (
 func bootstrap(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := flag.NewFlagSet("tollgate bootstrap", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached. Run again, it changes nothing that exists (the administrator keeps their\npassword, the key printed the first time keeps working) and finishes what an\ninterrupted run left undone.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: echo PASSWORD | tollgate bootstrap --email E --organization NAME [flags]\n\nCreates a platform administrator in TOLLGATE_DATABASE_URL, then, through the\nrunning control plane's REST API, an organization they own and an API key for them.\nThe password is read from standard input. Nothing is written when the API cannot be\nreached. Run again, it changes nothing that exists (the administrator keeps their\npassword, the key printed the first time keeps working) and finishes what an\ninterrupted run left undone.\n\nExample:\n  read -rs PW && echo \"$PW\" | tollgate bootstrap --email admin@example.com --organization Acme\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	email := fs.String("email", "", "the administrator's email (required)")

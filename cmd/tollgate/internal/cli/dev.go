@@ -56,7 +56,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	defer func() { err = nameTakenAddr(err, addrs) }()
 	fs := flag.NewFlagSet("tollgate dev", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: tollgate dev [flags]\n\nRuns the control plane, the enforcer with its inference gateway in front of a fake\nOpenAI-compatible upstream (or, with --forward-auth, a forward-auth proxy: Caddy when\ninstalled, else a built-in one) against TOLLGATE_DATABASE_URL and TOLLGATE_REDIS_URL,\nseeds a demo organization and prints what to call.\n\nExample:\n  TOLLGATE_DATABASE_URL='postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable' tollgate dev\n  tollgate dev --forward-auth --reset\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	for _, a := range addrs {

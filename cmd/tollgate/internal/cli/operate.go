@@ -86,12 +86,41 @@ func (m *memberVersions) Set(v string) error {
 	return nil
 }
 
+// captureExample shows capture's two steps: the preview, then the same with --apply.
+const captureExample = `Example:
+  # read the member's coverage.trackingVersion (3 here) from its status, then
+  tollgate capture suspend --member om_01jq3m5v8zf0a7c9d2e4g6h8jk:3 --reference INC-1234
+  tollgate capture suspend --member om_01jq3m5v8zf0a7c9d2e4g6h8jk:3 --reference INC-1234 --apply
+  # later, with the version the suspension printed (3 -> 4)
+  tollgate capture resume --member om_01jq3m5v8zf0a7c9d2e4g6h8jk:4 --reference INC-1234 --apply`
+
+// captureFlags are capture's flags, for action (suspend, resume, or both as
+// "suspend|resume" for capture's own -h).
+func captureFlags(action string, getenv func(string) string, stdio IO) (fs *flag.FlagSet, a *apiFlags, members *memberVersions, ref *string, apply *bool) {
+	fs = newFlagSet("capture "+action, "Usage: tollgate capture "+action+" --member om_...:VERSION [--member ...] --reference TEXT [--apply]\n\n"+
+		"Suspends (suspend) or resumes (resume) usage capture of members, at most 100: the capture\n"+
+		"fence. While suspended, a member's new requests are refused (503), and a settlement with\n"+
+		"no durable start to close is quarantined, never charged, until reviewed (tollgate\n"+
+		"reconcile); requests started before are settled as usual. Each\n"+
+		"member is given with the tracking version you expect (coverage.trackingVersion of their\n"+
+		"status); the call is all or nothing: when one member's version moved since, or one is\n"+
+		"already in that state, nothing is written. Without --apply it previews.\n\n"+captureExample, stdio)
+	a = &apiFlags{}
+	a.register(fs, getenv)
+	members = &memberVersions{}
+	fs.Var(members, "member", "MEMBER_ID:TRACKING_VERSION (repeatable)")
+	ref = fs.String("reference", "", "review reference recorded in the audit trail (1 to 200 characters)")
+	apply = fs.Bool("apply", false, "write the change (default: preview only)")
+	return fs, a, members, ref, apply
+}
+
 // capture suspends or resumes usage capture for members (the capture fence).
 func capture(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	const usage = "Usage: tollgate capture suspend|resume --member om_...:VERSION --reference TEXT [--apply]"
 	if len(args) == 0 || (args[0] != "suspend" && args[0] != "resume") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-			fmt.Fprintln(stdio.Stdout, usage)
+			fs, _, _, _, _ := captureFlags("suspend|resume", getenv, stdio)
+			fs.Usage()
 			return nil
 		}
 		if len(args) == 0 {
@@ -100,18 +129,11 @@ func capture(ctx context.Context, args []string, getenv func(string) string, std
 		return usagef("capture needs suspend or resume, not %q: %s", oneLine(args[0], 80), usage)
 	}
 	action := args[0]
-	fs := newFlagSet("capture "+action, "Usage: tollgate capture "+action+" --member om_...:VERSION [--member ...] --reference TEXT [--apply]\n\n"+
-		"Suspends or resumes usage capture of members (at most 100), each with the tracking version\n"+
-		"you expect (coverage.trackingVersion of their status). Without --apply it previews.", stdio)
-	var a apiFlags
-	a.register(fs, getenv)
-	var members memberVersions
-	fs.Var(&members, "member", "MEMBER_ID:TRACKING_VERSION (repeatable)")
-	ref := fs.String("reference", "", "review reference recorded in the audit trail (1 to 200 characters)")
-	apply := fs.Bool("apply", false, "write the change (default: preview only)")
+	fs, a, membersp, ref, apply := captureFlags(action, getenv, stdio)
 	if err := parseFlags(fs, args[1:], stdio); err != nil {
 		return err
 	}
+	members := *membersp
 	if len(members) == 0 {
 		return usagef("--member is required: MEMBER_ID:TRACKING_VERSION, once per member (see %s -h)", fs.Name())
 	}
@@ -157,7 +179,10 @@ func recoverCmd(ctx context.Context, args []string, getenv func(string) string, 
 	fs := newFlagSet("recover", "Usage: tollgate recover --reference TEXT [--before RFC3339] [--apply]\n\n"+
 		"Lists the durable starts still pending that were admitted before the cutoff and closes them\n"+
 		"as unknown/incomplete (abandonment recovery), 100 at a time. Without --apply it previews.\n"+
-		"Interrupted (Ctrl-C), it prints what it did so far; run it again to go on.", stdio)
+		"Interrupted (Ctrl-C), it prints what it did so far; run it again to go on.\n\n"+
+		"Example:\n"+
+		"  tollgate recover --reference INC-1234 --before 2026-01-31T05:00:00Z           # preview\n"+
+		"  tollgate recover --reference INC-1234 --before 2026-01-31T05:00:00Z --apply", stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	before := fs.String("before", "", "cutoff (RFC 3339); default: the control plane's (one hour ago)")

@@ -33,7 +33,9 @@ func flagNames(help string) []string {
 }
 
 // Each command's -h lists its own flags, and only those (migrate has no listen address,
-// resync no internal token), after a line or more saying what the command does. Its usage
+// resync no internal token), after a line or more saying what the command does, and
+// shows an example of it (capture's and reconcile's own -h too, not only their
+// actions': an operator who types `tollgate capture -h` learns what it does and how). Its usage
 // line names the command as it is run here: "tollgate migrate", never "controlplane
 // migrate" (the control plane's subcommands run inside this program).
 func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
@@ -48,6 +50,8 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
 		{[]string{"recover", "-h"}, []string{"api", "apply", "before", "key", "org", "reference"}, "pending"},
 		{[]string{"capture", "suspend", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "capture"},
+		{[]string{"capture", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "trackingVersion"},
+		{[]string{"reconcile", "-h"}, nil, "tollgate reconcile charge -h"},
 		{[]string{"reconcile", "list", "-h"}, []string{"api", "json", "key", "member", "org", "state"}, "quarantined"},
 		{[]string{"reconcile", "charge", "-h"}, []string{"admitted-at", "api", "apply", "cost-micro-usd", "key", "member", "org", "reference", "request"}, "once"},
 		{[]string{"retention", "-h"}, []string{"apply", "database-url", "log-format", "log-level", "retention-age", "retention-batch"}, "pending start is never touched"},
@@ -79,6 +83,9 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 			}
 			if !strings.Contains(help, tc.says) {
 				t.Errorf("tollgate %s does not say what the command does (%q):\n%s", name, tc.says, help)
+			}
+			if !strings.Contains(help, "\nExample") {
+				t.Errorf("tollgate %s shows no example:\n%s", name, help)
 			}
 			if got := flagNames(help); tc.flags != nil && !slices.Equal(got, tc.flags) {
 				t.Errorf("tollgate %s lists flags %v, want exactly %v:\n%s", name, got, tc.flags, help)

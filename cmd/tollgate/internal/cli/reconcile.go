@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -17,7 +18,24 @@ import (
 const maxReconcileCost = 1_000_000_000
 
 const reconcileUsage = "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...] [--json]\n" +
-	"       tollgate reconcile charge --request ID --member om_... --admitted-at RFC3339 --cost-micro-usd N --reference TEXT [--apply]"
+	"       tollgate reconcile charge --request ID --member om_... --admitted-at RFC3339 --cost-micro-usd N --reference TEXT [--apply]\n\n" +
+	"Reviewed reconciliation of the settlements the ledger recorded but could not charge (quarantined:\n" +
+	"no snapshot, a stale capture epoch, capture suspended): list shows them with what each claimed;\n" +
+	"charge charges one, once, with the proof you reviewed. Each action's help follows (tollgate\n" +
+	"reconcile list -h, tollgate reconcile charge -h).\n\n" +
+	"Example:\n" +
+	"  tollgate reconcile list --member om_01jq3m5v8zf0a7c9d2e4g6h8jk\n" +
+	"  tollgate reconcile charge --request req-42 --member om_01jq3m5v8zf0a7c9d2e4g6h8jk \\\n" +
+	"    --admitted-at 2026-01-31T05:00:00Z --cost-micro-usd 1200 --reference INC-1234 --apply"
+
+const reconcileListExample = "Example:\n" +
+	"  tollgate reconcile list                        # the open ones, as a table\n" +
+	"  tollgate reconcile list --state all --json     # every record, for a script"
+
+const reconcileChargeExample = "Example:\n" +
+	"  # preview, then the same with --apply\n" +
+	"  tollgate reconcile charge --request req-42 --member om_01jq3m5v8zf0a7c9d2e4g6h8jk \\\n" +
+	"    --admitted-at 2026-01-31T05:00:00Z --cost-micro-usd 1200 --reference INC-1234"
 
 // reconcileCmd lists quarantined settlements or charges one with reviewed proof
 // (GET /v1/gateway/usage-reconciliation/quarantined, POST .../reconcile).
@@ -25,6 +43,12 @@ func reconcileCmd(ctx context.Context, args []string, getenv func(string) string
 	if len(args) == 0 || (args[0] != "list" && args[0] != "charge") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			fmt.Fprintln(stdio.Stdout, reconcileUsage)
+			for _, action := range []func(context.Context, []string, func(string) string, IO) error{reconcileList, reconcileCharge} {
+				fmt.Fprintln(stdio.Stdout)
+				if err := action(ctx, []string{"-h"}, getenv, stdio); !errors.Is(err, flag.ErrHelp) {
+					return err
+				}
+			}
 			return nil
 		}
 		if len(args) == 0 {
@@ -41,7 +65,7 @@ func reconcileCmd(ctx context.Context, args []string, getenv func(string) string
 func reconcileList(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := newFlagSet("reconcile list", "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...] [--json]\n\n"+
 		"Lists the organization's quarantined settlements (recorded, never charged: no snapshot, a stale\n"+
-		"capture epoch, a fail-open admission the fence refused), oldest first, with what each claimed.", stdio)
+		"capture epoch, a fail-open admission the fence refused), oldest first, with what each claimed.\n\n"+reconcileListExample, stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	state := fs.String("state", "open", "open (not reconciled yet), reconciled or all")
@@ -132,7 +156,7 @@ func reconcileCharge(ctx context.Context, args []string, getenv func(string) str
 		"Charges one quarantined settlement with reviewed proof: the member, the admission instant (at most\n"+
 		"7 days before the settlement was first seen) and the charge (0 to 1000000000 micro-USD), once, on\n"+
 		"the windows of the admission instant. Refused when the request was charged or reconciled before, or\n"+
-		"when a counter of those windows holds spend its receipts do not explain. Without --apply it previews.", stdio)
+		"when a counter of those windows holds spend its receipts do not explain. Without --apply it previews.\n\n"+reconcileChargeExample, stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	request := fs.String("request", "", "the quarantined request id")
