@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
@@ -65,7 +66,9 @@ func reconcileCmd(ctx context.Context, args []string, getenv func(string) string
 func reconcileList(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := newFlagSet("reconcile list", "Usage: tollgate reconcile list [--state open|reconciled|all] [--member om_...] [--json]\n\n"+
 		"Lists the organization's quarantined settlements (recorded, never charged: no snapshot, a stale\n"+
-		"capture epoch, a fail-open admission the fence refused), oldest first, with what each claimed.\n\n"+reconcileListExample, stdio)
+		"capture epoch, a fail-open admission the fence refused), oldest first, with what each claimed.\n"+
+		"ADMITTED AT is the admission instant of the snapshot a record brought: charge it with exactly\n"+
+		"that --admitted-at (\"-\": no snapshot, the proof is yours).\n\n"+reconcileListExample, stdio)
 	var a apiFlags
 	a.register(fs, getenv)
 	state := fs.String("state", "open", "open (not reconciled yet), reconciled or all")
@@ -86,7 +89,7 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 	}
 	tw := tabwriter.NewWriter(stdio.Stdout, 2, 4, 2, ' ', 0)
 	if !*asJSON {
-		fmt.Fprintln(tw, "REQUEST\tREASON\tMEMBER\tFIRST SEEN\tCLAIMED COST\tRECONCILED")
+		fmt.Fprintln(tw, "REQUEST\tREASON\tMEMBER\tFIRST SEEN\tADMITTED AT\tCLAIMED COST\tRECONCILED")
 	}
 	records := []json.RawMessage{}
 	cursor, n := "", 0
@@ -126,9 +129,12 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 			if *asJSON {
 				continue
 			}
-			m, claimed, done := "-", "-", "-"
+			m, admitted, claimed, done := "-", "-", "-", "-"
 			if r.MemberID != nil {
 				m = *r.MemberID
+			}
+			if at, ok := snapshotAdmission(raw); ok {
+				admitted = at
 			}
 			if c, ok := r.Settlement["upstreamCostMicroUsd"]; ok {
 				claimed = fmt.Sprint(c)
@@ -136,7 +142,7 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 			if r.Reconciliation != nil {
 				done = fmt.Sprintf("%d micro-USD (%s)", r.Reconciliation.CostMicroUsd, r.Reconciliation.ReviewReference)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(r.RequestID, 100), r.Reason, m, r.FirstSeenAt, claimed, done)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(r.RequestID, 100), r.Reason, m, r.FirstSeenAt, admitted, claimed, done)
 		}
 		if !page.HasMore || page.NextCursor == nil {
 			break
@@ -149,6 +155,27 @@ func reconcileList(ctx context.Context, args []string, getenv func(string) strin
 	tw.Flush()
 	fmt.Fprintf(stdio.Stdout, "%d record(s)\n", n)
 	return nil
+}
+
+// snapshotAdmission is the admission instant of the snapshot a quarantined settlement
+// brought, in the form --admitted-at takes: a record with one is charged only with that
+// instant, to the millisecond. A record without one (no_snapshot) has none.
+func snapshotAdmission(record json.RawMessage) (string, bool) {
+	var r struct {
+		Settlement struct {
+			Snapshot *struct {
+				AdmittedAtUnixMs json.Number
+			}
+		}
+	}
+	if json.Unmarshal(record, &r) != nil || r.Settlement.Snapshot == nil {
+		return "", false
+	}
+	ms, err := r.Settlement.Snapshot.AdmittedAtUnixMs.Int64()
+	if err != nil || ms <= 0 {
+		return "", false
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), true
 }
 
 func reconcileCharge(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {

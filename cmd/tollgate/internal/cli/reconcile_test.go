@@ -57,3 +57,41 @@ func TestReconcileCommands(t *testing.T) {
 		t.Fatalf("reconciled list: %v\n%s", err, out)
 	}
 }
+
+// A quarantined settlement that brought its start's snapshot (capture suspended, a
+// stale epoch) can only be charged with that snapshot's admission instant, to the
+// millisecond (admission_mismatch otherwise). reconcile list's table shows it, in the
+// form --admitted-at takes, so that the operator can copy it; it showed only when the
+// record was first seen, and the instant charge demands was to be dug out of --json as
+// milliseconds since 1970.
+func TestReconcileListShowsTheAdmissionChargeNeeds(t *testing.T) {
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	key := e.APIKey(t, owner)
+	now := e.Clock.Now()
+	admitted := now.Add(-time.Minute).Truncate(time.Second).Add(123 * time.Millisecond).UTC()
+	if _, err := e.Store.Pool.Exec(context.Background(), `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id,
+		member_id, payload, first_seen_at, last_seen_at) VALUES ('req_fenced', 'capture_suspended', $1, $2,
+		jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $4::bigint::text)), $3, $3)`,
+		owner.OrgID, alice.MemberID, now, admitted.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string {
+		return map[string]string{"TOLLGATE_API_URL": e.URL, "TOLLGATE_API_KEY": key}[k]
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"reconcile", "list"}, env, IO{Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("list: %v\n%s", err, out.String())
+	}
+	shown := admitted.Format(time.RFC3339Nano)
+	if !strings.Contains(out.String(), "ADMITTED AT") || !strings.Contains(out.String(), shown) {
+		t.Fatalf("reconcile list does not show the snapshot's admission instant %s:\n%s", shown, out.String())
+	}
+	out.Reset()
+	err := Run(context.Background(), []string{"reconcile", "charge", "--request", "req_fenced", "--member", alice.MemberID,
+		"--admitted-at", shown, "--cost-micro-usd", "40", "--reference", "INC-7"}, env, IO{Stdout: &out, Stderr: &out})
+	if err != nil || !strings.Contains(out.String(), "would_reconcile") {
+		t.Fatalf("charge with the instant list showed: %v\n%s", err, out.String())
+	}
+}
