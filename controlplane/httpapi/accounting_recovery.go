@@ -22,6 +22,12 @@ import (
 // hour ago and still unsettled is almost surely abandoned.
 const defaultRecoveryAge = time.Hour
 
+// maxRecoveryCutoffAhead is how far past the control plane's clock a cutoff may be: an
+// operator's clock a little ahead of it (a restore's runbook lists with now+1s), not a
+// typed year (2027 for 2026), which would have recover --apply close every request
+// still in flight and free its reservation while it streams.
+const maxRecoveryCutoffAhead = time.Minute
+
 type pendingStartView struct {
 	RequestID       string              `json:"requestId"`
 	MemberID        string              `json:"memberId"`
@@ -44,9 +50,12 @@ func (s *Server) listPendingStarts(c *Call) error {
 	before := c.now.Add(-defaultRecoveryAge)
 	if v := q["before"]; len(v) > 0 {
 		t, err := time.Parse(time.RFC3339Nano, v[0])
-		if len(v) > 1 || err != nil || !inInstantRange(t) {
+		switch {
+		case len(v) > 1 || err != nil || !inInstantRange(t):
 			p.Add("must be an RFC 3339 date-time with an offset, from the year 2000 to 9998", "before")
-		} else {
+		case t.After(c.now.Add(maxRecoveryCutoffAhead)):
+			p.Add("must not be more than a minute after now: a later cutoff lists requests still in flight", "before")
+		default:
 			before = t.UTC()
 		}
 	} else if c := q.Get("cursor"); c != "" {

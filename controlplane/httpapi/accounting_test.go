@@ -173,6 +173,14 @@ func TestAbandonmentRecovery(t *testing.T) {
 	if len(page.Pending) != 4 {
 		t.Fatalf("with before=now: %d pending", len(page.Pending))
 	}
+	// A cutoff ahead of the clock takes requests still in flight: a typed year (2027 for
+	// 2026) would have recover --apply close every one. Up to a minute ahead is taken,
+	// for an operator's clock a little ahead of the control plane's (a restore's
+	// runbook lists with now+1s).
+	soon := url.QueryEscape(e.Clock.Now().Add(30 * time.Second).Format(time.RFC3339))
+	e.Do(t, "GET", pendingPath+"?before="+soon, nil, owner.As()...).Expect(t, http.StatusOK)
+	typo := url.QueryEscape(e.Clock.Now().AddDate(1, 0, 0).Format(time.RFC3339))
+	e.Do(t, "GET", pendingPath+"?before="+typo, nil, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 
 	body := func(apply bool, ids ...string) map[string]any {
 		return map[string]any{"requestIds": ids, "reviewReference": "INC-7", "apply": apply}
