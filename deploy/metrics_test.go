@@ -851,3 +851,84 @@ func readDocs(t *testing.T) []docFile {
 	}
 	return docs
 }
+
+// TestReadmeMetricTableValues: where README.md's table lists a label's values
+// (`outcome`: `settled`, `duplicate`, ...), it lists every value the program creates at
+// start, and no other: an operator reads the table to write a query or an alert of their
+// own, and a value left out is one they never select (the table listed neither
+// settlements' `voided` nor the gateway's `preflight`).
+func TestReadmeMetricTableValues(t *testing.T) {
+	cat, err := registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "## Metrics the dashboard and alerts use")
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := regexp.MustCompile("(?m)^\\| `([a-zA-Z_:]+)` \\| (.*)$").FindAllStringSubmatch(section, -1)
+	if len(rows) == 0 {
+		t.Fatal("README.md's metric table has no rows")
+	}
+	lists := 0
+	for _, row := range rows {
+		f := cat[row[1]]
+		cols := regexp.MustCompile(`\s\|\s`).Split(row[2], -1)
+		if f == nil || len(cols) < 2 {
+			continue
+		}
+		for label, listed := range readmeLabelValues(cols[1]) {
+			lists++
+			if !slices.Contains(f.labels, label) {
+				t.Errorf("README.md lists values of %s's label %s, which it does not have", f.name, label)
+				continue
+			}
+			created := valuesOf(f, label)
+			for _, v := range created {
+				if !slices.Contains(listed, v) {
+					t.Errorf("README.md does not list %s{%s=%q}, which the %s creates at start", f.name, label, v, f.program)
+				}
+			}
+			for _, v := range listed {
+				if !slices.Contains(created, v) {
+					t.Errorf("README.md lists %s{%s=%q}, which the %s never creates at start", f.name, label, v, f.program)
+				}
+			}
+		}
+	}
+	if lists == 0 {
+		t.Fatal("README.md's metric table lists no label values: the parser no longer reads it")
+	}
+}
+
+// readmeLabelValues reads a metric table's labels column: "`label`: `a`, `b` (a note),
+// `c`; `other`: ..." lists a, b and c for label; notes in parentheses are left out, and a
+// label given without a colon lists nothing.
+func readmeLabelValues(col string) map[string][]string {
+	var top strings.Builder
+	depth := 0
+	for _, r := range col {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')' && depth > 0:
+			depth--
+		case depth == 0:
+			top.WriteRune(r)
+		}
+	}
+	out := map[string][]string{}
+	value := regexp.MustCompile("`([^`]+)`")
+	for _, part := range strings.Split(top.String(), ";") {
+		label, rest, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok || !regexp.MustCompile("^`[a-z_]+`$").MatchString(label) {
+			continue
+		}
+		for _, m := range value.FindAllStringSubmatch(rest, -1) {
+			out[strings.Trim(label, "`")] = append(out[strings.Trim(label, "`")], m[1])
+		}
+	}
+	return out
+}
