@@ -408,7 +408,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		GatewayRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_gateway_requests_total",
-			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had), unsupported (501: an API the gateway does not proxy, Amazon Bedrock's bidirectional streams), decode_busy (503: a compressed body that did not get its share of the decoding budget within 200ms, request_decodes_active).",
+			Help: "Requests of the inference gateway, by outcome: proxied (the upstream answered), refused (by the gate), no_route, busy, body_too_large, bad_body (400 or 415: a malformed JSON body, a compressed body that cannot be read), upstream_error (502), upstream_timeout (504), client_gone, no_credential (502: the route's token or signing credentials could not be had), unsupported (501: an API the gateway does not proxy, Amazon Bedrock's bidirectional streams), decode_busy (503: a compressed body that did not get its share of the decoding budget within 200ms, request_decodes_active), preflight (204: a browser's CORS preflight, answered by the gateway).",
 		}, []string{"outcome"}),
 		GatewayUpstreamResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_gateway_upstream_responses_total",

@@ -2,8 +2,10 @@ package metrics_test
 
 import (
 	"maps"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -157,4 +159,31 @@ func TestGatewayFirstByteBucketsCoverTheHeaderTimeout(t *testing.T) {
 			t.Errorf("a wait of %v has no bucket between it and 2.5 times it", d)
 		}
 	}
+}
+
+// The gateway's requests' help, what `curl /metrics` shows an operator, names every
+// outcome the counter takes (it left out bad_body and preflight).
+func TestGatewayRequestsHelpNamesEveryOutcome(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	metrics.New(reg)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "tollgate_enforcer_gateway_requests_total" {
+			continue
+		}
+		words := map[string]bool{}
+		for _, w := range strings.FieldsFunc(f.GetHelp(), func(r rune) bool { return !unicode.IsLetter(r) && r != '_' }) {
+			words[w] = true
+		}
+		for _, o := range metrics.GatewayOutcomes {
+			if !words[o] {
+				t.Errorf("the help of %s does not name the outcome %s: %q", f.GetName(), o, f.GetHelp())
+			}
+		}
+		return
+	}
+	t.Fatal("tollgate_enforcer_gateway_requests_total is not registered")
 }
