@@ -13,6 +13,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
@@ -458,4 +459,35 @@ func corsListAllows(list, name string, nonWildcard bool) bool {
 		}
 	}
 	return false
+}
+
+// TestEnvoyCarriesAsManyStreamsAsTheGateway: every request Envoy admits holds a stream
+// to the enforcer cluster (the response filter's ext_proc) for as long as its answer
+// streams, minutes for a long completion, beside each new request's check and body. A
+// cluster without circuit breakers gets Envoy's defaults, 1,024 requests at once and
+// 1,024 pending: past about a thousand answers streaming through one Envoy, each new
+// check overflowed (503 to the member, ext_authz failing closed) and each new response
+// filter's stream too, which fails open: that answer went upstream and back unread,
+// its start closed by abandonment recovery, uncharged. The cluster must carry at least
+// what the enforcer's own gateway carries per pod (gateway.DefaultMaxStreams).
+func TestEnvoyCarriesAsManyStreamsAsTheGateway(t *testing.T) {
+	enforcer := loadEnvoyConfig(t).enforcer
+	var found bool
+	for _, th := range enforcer.GetCircuitBreakers().GetThresholds() {
+		if th.GetPriority() != corev3.RoutingPriority_DEFAULT {
+			continue
+		}
+		found = true
+		for what, v := range map[string]interface{ GetValue() uint32 }{
+			"max_requests": th.GetMaxRequests(), "max_pending_requests": th.GetMaxPendingRequests(),
+		} {
+			if v == nil || v.GetValue() < gateway.DefaultMaxStreams {
+				t.Errorf("tollgate_enforcer's circuit breaker %s is %v (Envoy's default 1024 when unset), want at least %d",
+					what, v, gateway.DefaultMaxStreams)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("tollgate_enforcer has no circuit breaker thresholds: Envoy's defaults (1024 requests at once) overflow past about a thousand streaming answers")
+	}
 }
