@@ -206,6 +206,33 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			t.Errorf("cluster %s reaches %v, want the enforcer Service's 10.96.0.10:9001", c, got)
 		}
 	}
+	// And both carry as many streams at once as envoy.yaml's cluster
+	// (TestEnvoyCarriesAsManyStreamsAsTheGateway): Envoy's default circuit breakers,
+	// 1,024, overflow past about a thousand answers streaming through one proxy.
+	for _, c := range []string{authz.GetGrpcService().GetEnvoyGrpc().GetClusterName(), proc.GetGrpcService().GetEnvoyGrpc().GetClusterName()} {
+		limits := map[string]float64{}
+		for _, cfg := range egtranslate.List(map[string]any(out), "xds", "llm/llm", "configs") {
+			for _, cl := range egtranslate.List(cfg, "dynamicActiveClusters") {
+				if egtranslate.Str(cl, "cluster", "name") != c {
+					continue
+				}
+				for _, th := range egtranslate.List(cl, "cluster", "circuitBreakers", "thresholds") {
+					if p := egtranslate.Str(th, "priority"); p != "" && p != "DEFAULT" {
+						continue
+					}
+					for _, k := range []string{"maxRequests", "maxPendingRequests"} {
+						limits[k], _ = egtranslate.Get(th, k).(float64)
+					}
+				}
+			}
+		}
+		for _, k := range []string{"maxRequests", "maxPendingRequests"} {
+			if limits[k] < gateway.DefaultMaxStreams {
+				t.Errorf("cluster %s: circuit breaker %s %v (Envoy's default 1024 when unset), want at least %d (backendSettings.circuitBreaker)",
+					c, k, limits[k], gateway.DefaultMaxStreams)
+			}
+		}
+	}
 	perRoute, _ := egtranslate.Get(route, "typedPerFilterConfig").(map[string]any)
 	for _, name := range []string{authzName, procName} {
 		if _, ok := perRoute[name]; !ok {
