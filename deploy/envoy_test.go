@@ -470,24 +470,55 @@ func corsListAllows(list, name string, nonWildcard bool) bool {
 // filter's stream too, which fails open: that answer went upstream and back unread,
 // its start closed by abandonment recovery, uncharged. The cluster must carry at least
 // what the enforcer's own gateway carries per pod (gateway.DefaultMaxStreams).
+//
+// The provider's cluster too: each of those answers holds a request to it (and over
+// HTTP/1.1, the example's and many providers', a connection), and past Envoy's 1,024 (and
+// 1,024 pending) an admitted request was answered 503 overflow by Envoy itself.
 func TestEnvoyCarriesAsManyStreamsAsTheGateway(t *testing.T) {
-	enforcer := loadEnvoyConfig(t).enforcer
-	var found bool
-	for _, th := range enforcer.GetCircuitBreakers().GetThresholds() {
-		if th.GetPriority() != corev3.RoutingPriority_DEFAULT {
+	b, err := os.ReadFile("envoy/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(doc)
+	var bs bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &bs); err != nil {
+		t.Fatal(err)
+	}
+	bounds := map[string][]string{
+		"tollgate_enforcer": {"max_requests", "max_pending_requests"},
+		"llm_upstream":      {"max_requests", "max_pending_requests", "max_connections"},
+	}
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		want, ok := bounds[c.GetName()]
+		if !ok {
 			continue
 		}
-		found = true
-		for what, v := range map[string]interface{ GetValue() uint32 }{
-			"max_requests": th.GetMaxRequests(), "max_pending_requests": th.GetMaxPendingRequests(),
-		} {
-			if v == nil || v.GetValue() < gateway.DefaultMaxStreams {
-				t.Errorf("tollgate_enforcer's circuit breaker %s is %v (Envoy's default 1024 when unset), want at least %d",
-					what, v, gateway.DefaultMaxStreams)
+		delete(bounds, c.GetName())
+		var th *clusterv3.CircuitBreakers_Thresholds
+		for _, x := range c.GetCircuitBreakers().GetThresholds() {
+			if x.GetPriority() == corev3.RoutingPriority_DEFAULT {
+				th = x
+			}
+		}
+		if th == nil {
+			t.Errorf("%s has no circuit breaker thresholds: Envoy's defaults (1024 requests at once) overflow past about a thousand streaming answers", c.GetName())
+			continue
+		}
+		values := map[string]interface{ GetValue() uint32 }{
+			"max_requests": th.GetMaxRequests(), "max_pending_requests": th.GetMaxPendingRequests(), "max_connections": th.GetMaxConnections(),
+		}
+		for _, what := range want {
+			if v := values[what]; v == nil || v.GetValue() < gateway.DefaultMaxStreams {
+				t.Errorf("%s's circuit breaker %s is %v (Envoy's default 1024 when unset), want at least %d",
+					c.GetName(), what, v, gateway.DefaultMaxStreams)
 			}
 		}
 	}
-	if !found {
-		t.Errorf("tollgate_enforcer has no circuit breaker thresholds: Envoy's defaults (1024 requests at once) overflow past about a thousand streaming answers")
+	for name := range bounds {
+		t.Errorf("no cluster %s", name)
 	}
 }
