@@ -72,8 +72,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// After Close the tracker settles everything and the enforcer exits: a check
 		// admitted now would never be settled here.
 		w.Header().Set("Connection", "close")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting_down",
-			"message": "this enforcer is shutting down; retry"})
+		if strings.HasPrefix(r.URL.Path, "/settle") {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "shutting_down",
+				"message": "this enforcer is shutting down; retry"})
+			return
+		}
+		// A check's refusal reaches the client through its proxy: the error object the
+		// SDKs decode (openai-go cannot decode a string error).
+		gate.WriteHTTP(w, http.StatusServiceUnavailable, []gate.Header{{Name: "Content-Type", Value: "application/json"},
+			{Name: "Cache-Control", Value: "no-store"}}, bodyShuttingDown)
 		return
 	}
 	h.active++
@@ -81,6 +88,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.leave()
 	h.mux.ServeHTTP(w, r)
 }
+
+// bodyShuttingDown is /check's 503 once Close was called. Before 2026-12-07 it was
+// {"error":"shutting_down",...}, /settle's shape: a proxy hands it to the client, and
+// openai-go decodes error as an object, so a Go program met a *json.UnmarshalTypeError
+// with no status to read (TestCheckWhileShuttingDownIsAnSDKError).
+var bodyShuttingDown = []byte(`{"error":{"type":"api_error","code":"shutting_down","message":"This enforcer is shutting down; retry."}}`)
 
 // leave ends a handler, waking Close after the last one.
 func (h *Handler) leave() {
