@@ -252,6 +252,8 @@ var (
 	headersUnauthorized = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"}}
 	headersUnavailable  = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_accounting_unavailable"}}
+	headersSuspended = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
+		{Name: "X-Service-Error-Code", Value: "service_gateway_accounting_unavailable"}, {Name: "X-Should-Retry", Value: "false"}}
 	headersBlocked = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_usage_limit_exceeded"},
 		{Name: "X-Service-Usage-State", Value: "blocked"}, {Name: "Retry-After", Value: "61200"}, {Name: "X-Should-Retry", Value: "false"},
@@ -342,7 +344,7 @@ func unauthorized(reason string) want {
 var (
 	blocked = want{status: 429, decision: "blocked", reason: "usage_limit", headers: headersBlocked, code: "service_gateway_usage_limit_exceeded"}
 	// suspended is the capture suspension 503: its body says so.
-	suspended = want{status: 503, decision: "unavailable", reason: "capture_suspended", headers: headersUnavailable,
+	suspended = want{status: 503, decision: "unavailable", reason: "capture_suspended", headers: headersSuspended,
 		code: "service_gateway_accounting_unavailable", detail: "capture_suspended"}
 )
 

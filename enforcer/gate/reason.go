@@ -87,6 +87,12 @@ var (
 	// Every 503 says accounting is unavailable; the body's details tell capture
 	// suspension from the rest.
 	unavailableHeaders = []Header{headerJSON, headerNoStore, {HeaderErrorCode, CodeAccountingUnavailable}}
+	// A suspended capture lasts until an operator resumes it: X-Should-Retry false, or
+	// the official OpenAI and Anthropic SDKs send the call twice more, a second or so
+	// apart, each refused again (since 2026-12-07, TestSuspendedCaptureIsNotRetriedBySDKs
+	// in enforcer/httpcheck). The other 503s are transient: the SDKs' retries may meet
+	// accounting back.
+	suspendedHeaders   = []Header{headerJSON, headerNoStore, {HeaderErrorCode, CodeAccountingUnavailable}, {HeaderShouldRetry, "false"}}
 	unauthorizedHeader = []Header{headerJSON, headerNoStore}
 )
 
@@ -122,7 +128,7 @@ var reasons = [numReasons]reasonSpec{
 	ReasonBillingDeferred: {label: "billing_deferred", decision: Unauthorized, status: 403,
 		headers: []Header{headerJSON, headerNoStore, {HeaderErrorCode, CodeBillingDeferred}}},
 
-	ReasonCaptureSuspended: {label: "capture_suspended", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyCaptureSuspended},
+	ReasonCaptureSuspended: {label: "capture_suspended", decision: Unavailable, status: 503, headers: suspendedHeaders, body: bodyCaptureSuspended},
 	ReasonEpochChanged:     {label: "epoch_changed", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyUnavailable},
 	ReasonStartRefused:     {label: "start_refused", decision: Unavailable, status: 503, headers: unavailableHeaders, body: bodyUnavailable},
 
