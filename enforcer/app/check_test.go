@@ -171,10 +171,17 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			hs := headerMap(d)
 			want := map[string]string{"Content-Type": "application/json", "X-Service-Error-Code": "service_gateway_usage_limit_exceeded",
 				"X-Service-Usage-State": "blocked", "Retry-After": strconv.FormatInt(tc.retryAfter, 10), "X-Should-Retry": "false", "Cache-Control": "no-store"}
-			// The way to ask for more of the first listed window that allows it, for Codex
-			// (it shows this header, not the message).
+			// The way to ask for more of the first listed window that allows it and whose
+			// extension lifts the block sooner (it resets after every listed window that
+			// does not allow it), for Codex (it shows this header, not the message).
+			var stuck time.Time
 			for _, tf := range tc.exhausted {
-				if limitOf(tc.limits, tf).AllowRequestReset {
+				if end := window.Of(window.Timeframe(tf), tc.now).End; !limitOf(tc.limits, tf).AllowRequestReset && end.After(stuck) {
+					stuck = end
+				}
+			}
+			for _, tf := range tc.exhausted {
+				if limitOf(tc.limits, tf).AllowRequestReset && window.Of(window.Timeframe(tf), tc.now).End.After(stuck) {
 					want["X-Codex-Promo-Message"] = `You may ask for more: POST /v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
 						window.BucketID(w.org, w.member, window.Timeframe(tf), window.Of(window.Timeframe(tf), tc.now).Start) + `","reason":"<why>"} for the ` + tf
 					break

@@ -178,13 +178,19 @@ func (c *BlockedMembers) refusal(memberID string, now time.Time, gen string) (An
 
 // askOf is the way to ask for more that the body rendered under key names for
 // memberID (blockedBody's ask), found again from the key rather than kept: the first
-// listed window that allows asking. Kept, it would add about 270 bytes to every kept
+// listed window that allows asking and resets after every listed one that does not. Kept, it would add about 270 bytes to every kept
 // block (HeapBytesPerKeptBlock); found again, it costs a hash and a string (about
 // 1.2 µs), paid where a refusal's headers are written (Answer.Ask), not by Check: an
 // ext_authz refusal mostly goes out as the response encoded for the same body before.
 func (c *BlockedMembers) askOf(key blockedKey, memberID string) string {
+	var stuck int64 // as blockedBody's: the latest reset no extension can lift
 	for _, b := range key.buckets {
-		if b.listed && b.mayAsk {
+		if b.listed && !b.mayAsk && b.end > stuck {
+			stuck = b.end
+		}
+	}
+	for _, b := range key.buckets {
+		if b.listed && b.mayAsk && b.end > stuck {
 			tf := window.Timeframe(b.timeframe)
 			return askForMore(c.askURL, window.BucketID(key.org, memberID, tf, time.Unix(0, b.start)), b.timeframe)
 		}

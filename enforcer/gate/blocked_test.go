@@ -344,3 +344,57 @@ func TestBlockedMessageOffersNoAskTheControlPlaneRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockedMessageOffersNoAskThatCannotLiftTheBlock: when two hard windows refuse and
+// one of them cannot be extended (its policy lets no one ask, or its one extension is
+// spent), an extension of the other lifts nothing: the member stays blocked until the
+// first resets. The message offered the other's ask all the same (and Codex showed it,
+// X-Codex-Promo-Message): the member asked, an admin approved, and the next call was
+// refused as before. The way to ask is offered for a window whose extension lifts the
+// block sooner: one that resets after every refusing window that cannot be extended
+// (the first such named; the 429 after its extension names the next).
+func TestBlockedMessageOffersNoAskThatCannotLiftTheBlock(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name                string
+		dayReset, weekReset bool
+		weekExtension       int64
+		ask                 string // the window named, "" for none
+	}{
+		{"both may ask", true, true, 0, "day"},
+		{"the week lets no one ask", true, false, 0, ""},
+		// The week's extension lifts the block at the day's reset, before the week's.
+		{"the day lets no one ask", false, true, 0, "week"},
+		{"the week's extension is spent", true, true, 25000, ""},
+	} {
+		var spend []*internalv1.WindowSpend
+		for _, w := range window.Current(now) {
+			spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: 200000})
+		}
+		rec := &mirror.Record{Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: "om_a", MemberActive: true, CaptureEnabled: true,
+			Limits: []*internalv1.Limit{
+				{Timeframe: "day", PolicyId: "ulp_d", BaseMicroUsd: 50000, HardLimit: true, AllowRequestReset: c.dayReset},
+				{Timeframe: "week", PolicyId: "ulp_w", BaseMicroUsd: 100000, ExtensionMicroUsd: c.weekExtension, HardLimit: true, AllowRequestReset: c.weekReset}}},
+			Spend: spend}
+		d := decision.Decide(rec, now, false)
+		if d.Result != decision.Blocked {
+			t.Fatalf("%s: not blocked: %v", c.name, d.Result)
+		}
+		b, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
+		var body struct{ Error struct{ Message string } }
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(body.Error.Message, "You may ask for more"); got != (c.ask != "") {
+			t.Errorf("%s: message offers asking %v, want %v: %q", c.name, got, c.ask != "", body.Error.Message)
+		}
+		if c.ask != "" && !strings.HasSuffix(ask, " for the "+c.ask) || c.ask == "" && ask != "" {
+			t.Errorf("%s: ask %q, want the %q's", c.name, ask, c.ask)
+		}
+		cache := newBlockedMembers(10, 0, metrics.Discard())
+		cache.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
+		if _, kept := cache.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{}); kept != ask {
+			t.Errorf("%s: kept body's ask %q, rendered %q", c.name, kept, ask)
+		}
+	}
+}
