@@ -39,6 +39,9 @@ type blockedFramework struct {
 	name     string
 	env      []string
 	attempts int
+	// model is the call's ("" for the OpenAI model): a claude-* model goes to the
+	// framework's Anthropic provider.
+	model string
 }
 
 // frameworkThroughTheGateway runs script (e2e/sdk's, calling the providers through an
@@ -89,9 +92,16 @@ func frameworkThroughTheGateway(t *testing.T, script string, blocked []blockedFr
 	for _, c := range blocked {
 		t.Run("blocked, "+c.name, func(t *testing.T) {
 			var r sdkResult
-			refusedAtTheGateway(t, s, fake, c.attempts, func() { r = runSDK(t, dir, script, "json", s.gateway, o.key, model, c.env...) })
+			m := cmp.Or(c.model, model)
+			refusedAtTheGateway(t, s, fake, c.attempts, func() { r = runSDK(t, dir, script, "json", s.gateway, o.key, m, c.env...) })
 			if !r.blocked429() || r.Code == nil || !strings.Contains(*r.Code, "usage_limit_exceeded") {
 				t.Errorf("blocked: %+v; want the 429 with both headers", r)
+			}
+			// The member reads why, and until when: the refusal's message is the error's
+			// (@ai-sdk/anthropic said only "Too Many Requests" of a body without
+			// Anthropic's envelope, until 2026-12-07).
+			if !strings.Contains(r.Error, "Usage limit exceeded") {
+				t.Errorf("blocked: the program's error %q does not carry the refusal's message", r.Error)
 			}
 			if r.Attempts != 0 && r.Attempts != c.attempts {
 				t.Errorf("the program was told of %d attempts, want %d", r.Attempts, c.attempts)
@@ -112,8 +122,9 @@ func frameworkThroughTheGateway(t *testing.T, script string, blocked []blockedFr
 func TestAISDKThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	frameworkThroughTheGateway(t, "aisdk.mjs", []blockedFramework{
-		{"default retries", nil, 3},
-		{"maxRetries 0", []string{"AISDK_MAX_RETRIES=0"}, 1},
+		{"default retries", nil, 3, ""},
+		{"maxRetries 0", []string{"AISDK_MAX_RETRIES=0"}, 1, ""},
+		{"anthropic, maxRetries 0", []string{"AISDK_MAX_RETRIES=0"}, 1, claudeModel},
 	})
 }
 
@@ -125,7 +136,7 @@ func TestAISDKThroughTheGateway(t *testing.T) {
 // is a minute or less, and the usage limit's is hours.
 func TestLangChainThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	frameworkThroughTheGateway(t, "langchain.mjs", []blockedFramework{{"defaults", nil, 1}})
+	frameworkThroughTheGateway(t, "langchain.mjs", []blockedFramework{{"defaults", nil, 1, ""}})
 }
 
 // TestAISDKLeavingItsStream: a program leaves the AI SDK's streamText after the first

@@ -627,6 +627,7 @@ type refusal struct {
 	// received is when the answer was read: its Retry-After was counted no later.
 	received time.Time
 	body     struct {
+		Type  string `json:"type"` // Anthropic's envelope: "error"
 		Error struct {
 			Type    string `json:"type"`
 			Code    string `json:"code"`
@@ -673,7 +674,7 @@ func (r refusal) parse(t testing.TB, body string) refusal {
 	if err := dec.Decode(&r.body); err != nil {
 		t.Fatalf("429 body: %v\n%s", err, body)
 	}
-	if e := r.body.Error; e.Type != "usage_limit_reached" || e.Code != "service_gateway_usage_limit_exceeded" || e.Message == "" ||
+	if e := r.body.Error; r.body.Type != "error" || e.Type != "usage_limit_reached" || e.Code != "service_gateway_usage_limit_exceeded" || e.Message == "" ||
 		time.Unix(e.ResetsAt, 0).UTC().Format(time.RFC3339) != e.Details.RetryAt {
 		t.Fatalf("429 body %s", body)
 	}

@@ -202,6 +202,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 				}
 			}
 			var body struct {
+				Type  string `json:"type"` // Anthropic's envelope: "error"
 				Error struct {
 					Type    string `json:"type"`
 					Code    string `json:"code"`
@@ -218,7 +219,7 @@ func TestCheckBlockedAnswers429Exactly(t *testing.T) {
 			if err := dec.Decode(&body); err != nil {
 				t.Fatalf("body %s: %v", d.GetBody(), err)
 			}
-			if body.Error.Type != "usage_limit_reached" || body.Error.Code != "service_gateway_usage_limit_exceeded" || body.Error.Message == "" ||
+			if body.Type != "error" || body.Error.Type != "usage_limit_reached" || body.Error.Code != "service_gateway_usage_limit_exceeded" || body.Error.Message == "" ||
 				body.Error.Details.RetryAt != tc.retryAt || time.Unix(body.Error.ResetsAt, 0).UTC().Format(time.RFC3339) != tc.retryAt {
 				t.Errorf("body %s", d.GetBody())
 			}

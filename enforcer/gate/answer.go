@@ -203,9 +203,22 @@ func UnauthorizedBody(message string) []byte {
 	return mustJSON(errorBody{Error: errorObject{Type: "authentication_error", Code: "unauthorized", Message: message}})
 }
 
+// errorBody is a refusal's body: the error object the OpenAI and Anthropic APIs answer,
+// in Anthropic's envelope, {"type":"error","error":{...}} (an OpenAI client reads the
+// object alone). Before 2026-12-07 the envelope's type was missing: the official SDKs
+// read the object all the same, but Vercel's AI SDK (@ai-sdk/anthropic) takes a body
+// that is not Anthropic's whole shape for no error body at all, and its error said only
+// the status text ("Too Many Requests"): a member never read why, nor how to ask for
+// more (TestGateAnswers).
 type errorBody struct {
-	Error errorObject `json:"error"`
+	Type  errorEnvelope `json:"type"`
+	Error errorObject   `json:"error"`
 }
+
+// errorEnvelope is the envelope's type, always "error".
+type errorEnvelope struct{}
+
+func (errorEnvelope) MarshalJSON() ([]byte, error) { return []byte(`"error"`), nil }
 
 type errorObject struct {
 	Type    string `json:"type"`

@@ -740,6 +740,14 @@ func checkAnswer(t *testing.T, a *gate.Answer, w want) {
 	if a.Reason.ErrorCode() != w.code {
 		t.Errorf("error code %q, want %q", a.Reason.ErrorCode(), w.code)
 	}
+	// Anthropic's error envelope: {"type":"error","error":{...}}. Its SDK reads the
+	// object alone, but Vercel's AI SDK (@ai-sdk/anthropic) takes a body without the
+	// envelope's type for no error body at all, and its error then says only the
+	// status text ("Too Many Requests"): a member never read why, nor how to ask for more.
+	var envelope struct{ Type string }
+	if err := json.Unmarshal(a.Body, &envelope); err != nil || envelope.Type != "error" {
+		t.Errorf("body %s (%v), want Anthropic's envelope, \"type\":\"error\"", a.Body, err)
+	}
 	if w.code == "" {
 		// The error object the OpenAI and Anthropic SDKs decode (a string error
 		// fails openai-go's decoding).

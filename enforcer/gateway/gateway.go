@@ -1909,7 +1909,8 @@ func singleJoin(a, b string) string {
 }
 
 // writeError answers the gateway's own errors in the providers' shape:
-// {"error":{"type","code","message"}} with X-Service-Error-Code.
+// {"type":"error","error":{"type","code","message"}} (Anthropic's envelope, which an
+// OpenAI client ignores: gate's errorBody) with X-Service-Error-Code.
 func writeError(w http.ResponseWriter, status int, typ, code, msg string, details any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -1920,7 +1921,7 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string, detail
 	if details != nil {
 		body["details"] = details
 	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": body})
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": body})
 }
 
 // parseUpstream checks an upstream base URL: http or https, a host, no query.
