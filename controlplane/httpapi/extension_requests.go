@@ -237,7 +237,8 @@ func (s *Server) listResetRequests(c *Call) error   { return s.listResets(c, "or
 // listResets answers one page of a request list: view=pending (default; the live queue,
 // oldest first) or history (decided requests and pending ones whose window ended,
 // newest first); limit 1 to 100 (default 50, digits only); cursor from the previous page
-// of the same list. pendingCount counts the whole live queue of the list, not the page.
+// of the same list. pendingCount counts the whole live queue of the list, not the page,
+// as of the same snapshot as the page.
 func (s *Server) listResets(c *Call, list, memberID string) error {
 	q := c.R.URL.Query()
 	var p fault.Problems
@@ -253,12 +254,21 @@ func (s *Server) listResets(c *Call, list, memberID string) error {
 	if err := p.Err(); err != nil {
 		return err
 	}
-	rows, err := store.ListUsageRequests(c.Ctx, c.DB(), store.UsageRequestPage{OrganizationID: c.OrgID(), MemberID: memberID,
-		History: view == "history", Now: c.now, Limit: limit, After: after})
-	if err != nil {
+	// The page and the pending count are one read-only snapshot (Call.ReadTx), as a status
+	// read is: a decision or submit committing between them would otherwise show a
+	// request pending on the page next to a count without it, or the other way round.
+	var rows []store.UsageRequest
+	var pending int64
+	err := c.ReadTx(func(tx pgx.Tx) error {
+		var err error
+		rows, err = store.ListUsageRequests(c.Ctx, tx, store.UsageRequestPage{OrganizationID: c.OrgID(), MemberID: memberID,
+			History: view == "history", Now: c.now, Limit: limit, After: after})
+		if err != nil {
+			return err
+		}
+		pending, err = store.CountPendingUsageRequests(c.Ctx, tx, c.OrgID(), memberID, c.now)
 		return err
-	}
-	pending, err := store.CountPendingUsageRequests(c.Ctx, c.DB(), c.OrgID(), memberID, c.now)
+	})
 	if err != nil {
 		return err
 	}

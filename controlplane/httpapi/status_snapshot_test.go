@@ -2,8 +2,11 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -74,4 +77,106 @@ func TestUsageStatusIsOneSnapshot(t *testing.T) {
 	if s.State != "within_limit" || b.ExtensionMicroUsd != 3 || b.ResetRequestStatus == nil || *b.ResetRequestStatus != "approved" {
 		t.Fatalf("status after the approval %+v", s)
 	}
+}
+
+// A reset-request list is one snapshot too: its page and its pendingCount agree. Before,
+// they were two statements, and an approval committing between them showed the request
+// as pending on the page next to pendingCount 0.
+//
+// The approval is made to commit in that gap: the test holds usage_policies exclusively,
+// so the page's read waits there holding its share lock of usage_reset_requests; a
+// second transaction then queues for usage_reset_requests exclusively behind it. When
+// the first lets go, the page is read and the second gets the table before the count
+// can read it (read as one snapshot, only once the whole list is answered); the approval
+// runs in it and commits. A round whose page read had first to be prepared on its
+// connection (the prepare let go of the table, and the read itself then waited behind
+// the second transaction) shows nothing, and is run again: the statement is then ready.
+func TestResetRequestListIsOneSnapshot(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
+	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
+	setUsed(t, e, bob, window.Day, 10)
+	req := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please").Expect(t, http.StatusOK))
+
+	ctx := context.Background()
+	for round := 0; ; round++ {
+		if round == 20 {
+			t.Fatal("the page read never found its statement prepared")
+		}
+		policies, requests := openTx(t, e), openTx(t, e)
+		if _, err := policies.Exec(ctx, `LOCK TABLE usage_policies IN ACCESS EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		read := make(chan *apitest.Resp, 1)
+		go func() { read <- e.Do(t, "GET", resetsPath, nil, o.As()...) }()
+		awaitLockWaits(t, e, 1)
+		locked := make(chan error, 1)
+		go func() {
+			_, err := requests.Exec(ctx, `LOCK TABLE usage_reset_requests IN ACCESS EXCLUSIVE MODE`)
+			locked <- err
+		}()
+		awaitLockWaits(t, e, 2)
+		if err := policies.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-locked; err != nil {
+			t.Fatal(err)
+		}
+		// The API now waits for the table (at its page or at its count), or has answered.
+		var answer *apitest.Resp
+		for answer == nil {
+			if q, ok := lockWaiter(t, e); ok {
+				if !strings.Contains(q, "count(*)") {
+					answer = &apitest.Resp{} // the page read waits: this round shows nothing
+				}
+				break
+			}
+			select {
+			case answer = <-read:
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if answer != nil && answer.Status == 0 {
+			if err := requests.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			(<-read).Expect(t, http.StatusOK)
+			continue
+		}
+		r, _, err := extension.Decide(ctx, requests, noAudit{}, extension.Decision{OrganizationID: o.OrgID, RequestID: req.ID,
+			To: extension.Approved, By: o.MemberID}, e.Clock.Now())
+		if err != nil || r.Status != extension.Approved {
+			t.Fatalf("approval: %+v, %v", r, err)
+		}
+		if err := requests.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if answer == nil {
+			answer = <-read
+		}
+		var pg resetPage
+		answer.Expect(t, http.StatusOK).Decode(t, &pg)
+		if len(pg.Requests) != 1 || pg.Requests[0].ID != req.ID || pg.PendingCount != 1 {
+			t.Fatalf("the list mixes two states: %d requests on the page, pendingCount %d", len(pg.Requests), pg.PendingCount)
+		}
+		return
+	}
+}
+
+// lockWaiter is the statement of a session of e's database that waits for a lock.
+func lockWaiter(t *testing.T, e *apitest.Env) (string, bool) {
+	t.Helper()
+	var q string
+	err := e.Store.Pool.QueryRow(context.Background(), `SELECT query FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' LIMIT 1`).Scan(&q)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, true
 }
