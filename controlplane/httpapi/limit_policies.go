@@ -267,8 +267,17 @@ func (n *jsonNumber) UnmarshalJSON(b []byte) error {
 
 // Handlers.
 
+// listUsagePolicies answers the organization's policies. The policies, their limits and
+// their assignments are separate statements, read in one snapshot (Call.ReadTx): an edit
+// committing meanwhile shows whole or not at all, never a revision next to the limits
+// of the next one.
 func (s *Server) listUsagePolicies(c *Call) error {
-	ps, err := store.ListUsagePolicies(c.Ctx, c.DB(), c.OrgID())
+	var ps []store.UsagePolicy
+	err := c.ReadTx(func(tx pgx.Tx) error {
+		var err error
+		ps, err = store.ListUsagePolicies(c.Ctx, tx, c.OrgID())
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -508,7 +517,12 @@ func (s *Server) listUsageAssignments(c *Call) error {
 	if err != nil {
 		return err
 	}
-	p, err := store.UsagePolicyInOrg(c.Ctx, c.DB(), c.OrgID(), id)
+	var p store.UsagePolicy
+	err = c.ReadTx(func(tx pgx.Tx) error { // one snapshot, as listUsagePolicies
+		var err error
+		p, err = store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
+		return err
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return errPolicyNotFound()
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/extension"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -179,4 +180,48 @@ func lockWaiter(t *testing.T, e *apitest.Env) (string, bool) {
 		t.Fatal(err)
 	}
 	return q, true
+}
+
+// The policy list is one snapshot: each policy's revision, limits and assignments are of
+// one moment. Before, the policies, their limits and their assignments were three
+// statements, and an edit committing between them showed revision 1 with the limits of
+// revision 2. The edit is made to commit in that gap: the test holds usage_policy_limits
+// exclusively, so the list waits there after reading the policies; the edit (the
+// store's own replacement, as the PATCH route writes it) runs in that transaction.
+func TestUsagePolicyListIsOneSnapshot(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	p := dayPolicy(t, e, o, "Daily", "1", nil)
+
+	ctx := context.Background()
+	tx := openTx(t, e)
+	if _, err := tx.Exec(ctx, `LOCK TABLE usage_policy_limits IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan *apitest.Resp, 1)
+	go func() { read <- e.Do(t, "GET", policiesPath, nil, o.As()...) }()
+	awaitLockWaits(t, e, 1)
+	next := store.UsagePolicy{ID: p.ID, Name: "Daily", HardLimit: true, AllowRequestReset: true, Revision: 2,
+		UpdatedAt: e.Clock.Now(), Limits: []store.UsageLimit{{Timeframe: window.Day, MicroUSD: 2_000_000}}}
+	if err := store.ReplaceUsagePolicy(ctx, tx, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var list struct {
+		Policies []policy `json:"policies"`
+	}
+	(<-read).Expect(t, http.StatusOK).Decode(t, &list)
+	if len(list.Policies) != 1 || len(list.Policies[0].Limits) != 1 {
+		t.Fatalf("policies %+v", list.Policies)
+	}
+	got := list.Policies[0]
+	before := got.Revision == 1 && got.Limits[0].CostLimitMicroUsd == 1_000_000
+	after := got.Revision == 2 && got.Limits[0].CostLimitMicroUsd == 2_000_000
+	if !before && !after {
+		t.Fatalf("the list mixes two revisions: revision %d with a limit of %d micro-USD", got.Revision, got.Limits[0].CostLimitMicroUsd)
+	}
 }
