@@ -109,12 +109,19 @@ func (s *Server) createMarketplace(c *Call) error {
 	return c.JSON(http.StatusCreated, itemAnswer{OK: true, Item: view})
 }
 
+// listMarketplaces, getMarketplace and listMarketplacePlugins read in one snapshot
+// (Call.ReadTx), as the plugin reads do: a change committing meanwhile shows whole or not
+// at all.
 func (s *Server) listMarketplaces(c *Call) error {
-	ms, err := store.ListMarketplaces(c.Ctx, c.DB(), c.OrgID(), c.viewer())
-	if err != nil {
+	var views []marketplaceView
+	err := c.ReadTx(func(tx pgx.Tx) error {
+		ms, err := store.ListMarketplaces(c.Ctx, tx, c.OrgID(), c.viewer())
+		if err != nil {
+			return err
+		}
+		views, err = c.marketplaceViews(tx, ms)
 		return err
-	}
-	views, err := c.marketplaceViews(c.DB(), ms)
+	})
 	if err != nil {
 		return err
 	}
@@ -126,7 +133,12 @@ func (s *Server) getMarketplace(c *Call) error {
 	if err != nil {
 		return err
 	}
-	view, err := c.readMarketplace(c.DB(), id)
+	var view marketplaceView
+	err = c.ReadTx(func(tx pgx.Tx) error {
+		var err error
+		view, err = c.readMarketplace(tx, id)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -240,22 +252,27 @@ func (s *Server) listMarketplacePlugins(c *Call) error {
 	if err != nil {
 		return err
 	}
-	m, err := store.MarketplaceFor(c.Ctx, c.DB(), c.OrgID(), id, c.viewer())
-	if errors.Is(err, store.ErrNotFound) {
-		return errMarketplaceNotFound()
-	}
-	if err != nil {
+	var mps []store.MarketplacePlugin
+	var pviews []pluginView
+	err = c.ReadTx(func(tx pgx.Tx) error {
+		m, err := store.MarketplaceFor(c.Ctx, tx, c.OrgID(), id, c.viewer())
+		if errors.Is(err, store.ErrNotFound) {
+			return errMarketplaceNotFound()
+		}
+		if err != nil {
+			return err
+		}
+		mps, err = store.ListMarketplacePlugins(c.Ctx, tx, m.ID)
+		if err != nil {
+			return err
+		}
+		plugins := make([]store.Plugin, len(mps))
+		for i, mp := range mps {
+			plugins[i] = *mp.Plugin
+		}
+		pviews, err = c.pluginViews(tx, plugins)
 		return err
-	}
-	mps, err := store.ListMarketplacePlugins(c.Ctx, c.DB(), m.ID)
-	if err != nil {
-		return err
-	}
-	plugins := make([]store.Plugin, len(mps))
-	for i, mp := range mps {
-		plugins[i] = *mp.Plugin
-	}
-	pviews, err := c.pluginViews(c.DB(), plugins)
+	})
 	if err != nil {
 		return err
 	}

@@ -225,12 +225,19 @@ func (s *Server) createPlugin(c *Call) error {
 	return c.JSON(http.StatusCreated, itemAnswer{OK: true, Item: view})
 }
 
+// listPlugins and getPlugin read the plugins and the marketplaces they are in
+// (memberCount, marketplaces) in one snapshot (Call.ReadTx): a change committing
+// meanwhile shows whole or not at all.
 func (s *Server) listPlugins(c *Call) error {
-	ps, err := store.ListPlugins(c.Ctx, c.DB(), c.OrgID())
-	if err != nil {
+	var views []pluginView
+	err := c.ReadTx(func(tx pgx.Tx) error {
+		ps, err := store.ListPlugins(c.Ctx, tx, c.OrgID())
+		if err != nil {
+			return err
+		}
+		views, err = c.pluginViews(tx, ps)
 		return err
-	}
-	views, err := c.pluginViews(c.DB(), ps)
+	})
 	if err != nil {
 		return err
 	}
@@ -242,7 +249,12 @@ func (s *Server) getPlugin(c *Call) error {
 	if err != nil {
 		return err
 	}
-	view, err := c.readPlugin(c.DB(), id)
+	var view pluginView
+	err = c.ReadTx(func(tx pgx.Tx) error {
+		var err error
+		view, err = c.readPlugin(tx, id)
+		return err
+	})
 	if err != nil {
 		return err
 	}

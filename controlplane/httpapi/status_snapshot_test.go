@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/extension"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/pkg/typeid"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -223,5 +225,74 @@ func TestUsagePolicyListIsOneSnapshot(t *testing.T) {
 	after := got.Revision == 2 && got.Limits[0].CostLimitMicroUsd == 2_000_000
 	if !before && !after {
 		t.Fatalf("the list mixes two revisions: revision %d with a limit of %d micro-USD", got.Revision, got.Limits[0].CostLimitMicroUsd)
+	}
+}
+
+// A plugin's read is one snapshot: the plugin and the marketplaces it is in (memberCount,
+// marketplaces) are of one moment. Before, they were two statements, and a change
+// committing between them showed the plugin as it was with the marketplaces it has after
+// the change. The change (a rename and an add to a marketplace, in one transaction) is
+// made to commit in that gap: the test holds marketplace_plugins exclusively, so the
+// read waits there after reading the plugin.
+func TestPluginReadIsOneSnapshot(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	ctx := context.Background()
+	for _, one := range []bool{true, false} {
+		pluginID := newPlugin(t, e, o, "Linter")
+		marketplaceID := newMarketplace(t, e, o, "Tools")
+		path := "/v1/plugins"
+		if one {
+			path += "/" + pluginID
+		}
+		tx := openTx(t, e)
+		if _, err := tx.Exec(ctx, `LOCK TABLE marketplace_plugins IN ACCESS EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		read := make(chan *apitest.Resp, 1)
+		go func() { read <- e.Do(t, "GET", path, nil, o.As()...) }()
+		awaitLockWaits(t, e, 1)
+		if _, err := tx.Exec(ctx, `UPDATE plugins SET name = 'Renamed' WHERE id = $1`, pluginID); err != nil {
+			t.Fatal(err)
+		}
+		creator := o.MemberID
+		if _, err := store.UpsertMarketplacePlugin(ctx, tx, store.MarketplacePlugin{ID: typeid.New(typeid.Membership),
+			MarketplaceID: marketplaceID, PluginID: pluginID, CreatedByMemberID: &creator, CreatedAt: e.Clock.Now()}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		var got struct {
+			Name        string `json:"name"`
+			MemberCount int64  `json:"memberCount"`
+		}
+		r := (<-read).Expect(t, http.StatusOK)
+		if one {
+			var body struct {
+				Item json.RawMessage `json:"item"`
+			}
+			r.Decode(t, &body)
+			if err := json.Unmarshal(body.Item, &got); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			var body struct {
+				Items []json.RawMessage `json:"items"`
+			}
+			r.Decode(t, &body)
+			if err := json.Unmarshal(body.Items[len(body.Items)-1], &got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := got.Name == "Linter" && got.MemberCount == 0
+		after := got.Name == "Renamed" && got.MemberCount == 1
+		if !before && !after {
+			t.Fatalf("GET %s mixes two states: name %q with memberCount %d", path, got.Name, got.MemberCount)
+		}
+		// The next round's plugin is the list's newest (it lists oldest first).
+		e.Clock.Advance(time.Second)
 	}
 }
