@@ -29,7 +29,11 @@
 // settlements, under new sequence numbers, in the old segments and the new one. Open
 // replays each settlement once whatever copies it finds (same request id, equal in every
 // field) and none whose copy was acknowledged, so a start never sends, nor spools, a
-// settlement twice because of an earlier start.
+// settlement twice because of an earlier start. A compaction that fails (a full disk or
+// a quota: it needs as much room again as the backlog) does not fail Open: what it wrote
+// is removed, the settlements are replayed from the old segments where they are, each
+// acknowledged in its own segment, and each old segment is deleted once all of its
+// settlements are acknowledged.
 //
 // Versions: a rolling upgrade or a rollback hands a spool to the other version (the
 // emptyDir of a pod whose container restarts with another image), so the record format

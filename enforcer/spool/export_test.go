@@ -29,3 +29,11 @@ func (s *Spool) Free() bool {
 	s.mu.Unlock()
 	return true
 }
+
+// SetCompactionWrite replaces how Open's compaction writes its temporary file, for the
+// test's lifetime.
+func SetCompactionWrite(f func(*os.File, []byte) (int, error)) (restore func()) {
+	old := compactionWrite
+	compactionWrite = f
+	return func() { compactionWrite = old }
+}

@@ -124,8 +124,10 @@ type segment struct {
 
 // Open locks and reads the spool in cfg.Dir, compacts what was never acknowledged into a
 // fresh segment and returns it, oldest first and each settlement once, for the caller to
-// send again. It fails only when the directory is locked or cannot be read or written,
-// never because of MaxBytes.
+// send again. It fails only when the directory is locked, cannot be read or its lock
+// cannot be taken, never because of MaxBytes, nor because the compaction fails (a full
+// disk, a quota): then the settlements are returned where they are, in the old segments
+// (inPlace).
 func Open(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Spool, []Pending, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Dir == "" {
@@ -143,7 +145,7 @@ func Open(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Spool, []Pending, 
 		return nil, nil, fmt.Errorf("spool: %s is used by another process (%w)", cfg.Dir, err)
 	}
 	s := &Spool{cfg: cfg, m: m, log: log, lock: lock, segs: map[uint64]*segment{}}
-	old, items, err := s.read()
+	old, sizes, found, err := s.read()
 	if err != nil {
 		lock.Close()
 		return nil, nil, err
@@ -152,16 +154,20 @@ func Open(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Spool, []Pending, 
 	if len(old) > 0 {
 		next = old[len(old)-1] + 1
 	}
+	items := make([]*internalv1.SettleItem, len(found))
+	for i, p := range found {
+		items[i] = p.Item
+	}
 	pending, err := s.compact(next, items)
 	if err != nil {
-		lock.Close()
-		return nil, nil, fmt.Errorf("spool: compacting: %w", err)
-	}
-	// The live settlements are safe in the new segment: the old ones can go. A crash
-	// before they are all gone leaves copies, which the next Open replays once (live).
-	for _, n := range old {
-		if err := os.Remove(s.path(n)); err != nil {
-			log.Warn("spool: could not remove a compacted segment", "file", s.path(n), "error", err)
+		pending = s.inPlace(old, sizes, found, next, err)
+	} else {
+		// The live settlements are safe in the new segment: the old ones can go. A crash
+		// before they are all gone leaves copies, which the next Open replays once (live).
+		for _, n := range old {
+			if err := os.Remove(s.path(n)); err != nil {
+				log.Warn("spool: could not remove a compacted segment", "file", s.path(n), "error", err)
+			}
 		}
 	}
 	s.setBytes()
@@ -177,15 +183,15 @@ func (s *Spool) path(n uint64) string {
 	return filepath.Join(s.cfg.Dir, fmt.Sprintf("settle-%016x.spool", n))
 }
 
-// read returns the existing segments' numbers in order and the settlements they hold
-// that no record acknowledges, in sequence order (live); it removes a compaction's
-// leftover temporary file. It also sets s.seq past every
+// read returns the existing segments' numbers in order, their sizes, and the settlements
+// they hold that no record acknowledges, in sequence order, each under its first copy's
+// segment and sequence number (live); it removes a compaction's leftover temporary file. It also sets s.seq past every
 // sequence number seen. A torn record (the process died while writing it, or the
 // machine lost unsynced data) ends its segment's reading.
-func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
+func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 	entries, err := os.ReadDir(s.cfg.Dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("spool: %w", err)
+		return nil, nil, nil, fmt.Errorf("spool: %w", err)
 	}
 	var segs []uint64
 	for _, e := range entries {
@@ -194,7 +200,7 @@ func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
 		if strings.HasPrefix(name, "settle-") && strings.HasSuffix(name, ".spool"+tmpSuffix) {
 			// A compaction that never completed: its settlements are all in the old segments.
 			if err := os.Remove(filepath.Join(s.cfg.Dir, name)); err != nil {
-				return nil, nil, fmt.Errorf("spool: %w", err)
+				return nil, nil, nil, fmt.Errorf("spool: %w", err)
 			}
 			continue
 		}
@@ -206,12 +212,15 @@ func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
 	}
 	slices.Sort(segs)
 	settled := map[uint64]*internalv1.SettleItem{}
+	segOf := map[uint64]uint64{}
 	acked := map[uint64]bool{}
+	sizes := map[uint64]int64{}
 	for _, n := range segs {
 		b, err := os.ReadFile(s.path(n))
 		if err != nil {
-			return nil, nil, fmt.Errorf("spool: %w", err)
+			return nil, nil, nil, fmt.Errorf("spool: %w", err)
 		}
+		sizes[n] = int64(len(b))
 		for off := 0; off+headerLen <= len(b); {
 			size := int(binary.LittleEndian.Uint32(b[off:]))
 			sum := binary.LittleEndian.Uint32(b[off+4:])
@@ -228,7 +237,7 @@ func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
 				if err := proto.Unmarshal(body[9:], it); err != nil {
 					s.log.Warn("spool: unreadable settlement skipped", "file", s.path(n), "offset", off, "error", err)
 				} else {
-					settled[seq] = it
+					settled[seq], segOf[seq] = it, n
 				}
 			case kindAck:
 				acked[seq] = true
@@ -236,18 +245,24 @@ func (s *Spool) read() ([]uint64, []*internalv1.SettleItem, error) {
 			off += 8 + size
 		}
 	}
-	return segs, live(settled, acked), nil
+	var found []Pending
+	for _, seq := range live(settled, acked) {
+		found = append(found, Pending{Ref: Ref{seg: segOf[seq], seq: seq}, Item: settled[seq]})
+	}
+	return segs, sizes, found, nil
 }
 
-// live returns the settlements no record acknowledges, in sequence order, each once:
+// live returns the sequence numbers of the settlements no record acknowledges, in
+// order, each once:
 // copies of one settlement (the same request id, equal in every field) are one, kept at
 // its first copy and done when any copy is acknowledged (the control plane answered it).
 // Copies come from a compaction cut short after its segment was in place, and from
 // spools that older versions duplicated. Distinct settlements of one request id (a
 // refusal, then the answer) are each kept.
-func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []*internalv1.SettleItem {
+func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []uint64 {
 	type one struct {
 		item *internalv1.SettleItem
+		seq  uint64
 		done bool
 	}
 	seqs := slices.Sorted(maps.Keys(settled))
@@ -264,33 +279,50 @@ func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []*i
 			}
 		}
 		if o == nil {
-			o = &one{item: it}
+			o = &one{item: it, seq: seq}
 			byID[id] = append(byID[id], o)
 			order = append(order, o)
 		}
 		o.done = o.done || acked[seq]
 	}
-	var items []*internalv1.SettleItem
+	var seqs2 []uint64
 	for _, o := range order {
 		if !o.done {
-			items = append(items, o.item)
+			seqs2 = append(seqs2, o.seq)
 		}
 	}
-	return items
+	return seqs2
 }
 
 // compact writes items into segment n, which becomes the current one, whatever their
 // size (MaxBytes bounds new settlements, never what is already spooled: a start must not
 // fail on it). They are written to a temporary file, fsync'd, and renamed into place
 // (the directory fsync'd too): a crash before the rename leaves only the old segments
-// and the temporary file, which the next Open removes.
-func (s *Spool) compact(n uint64, items []*internalv1.SettleItem) ([]Pending, error) {
+// and the temporary file, which the next Open removes. When it fails, it removes what it
+// wrote (the temporary file, or the segment renamed into place), so that the old
+// segments alone hold the settlements (inPlace).
+func (s *Spool) compact(n uint64, items []*internalv1.SettleItem) (_ []Pending, err error) {
 	tmp := s.path(n) + tmpSuffix
+	renamed := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		name := tmp
+		if renamed {
+			name = s.path(n)
+		}
+		if rmErr := os.Remove(name); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			// Left behind: a temporary file is removed by the next Open; a segment's
+			// copies are replayed once with the old segments' (live).
+			s.log.Warn("spool: could not remove what the failed compaction wrote", "file", name, "error", rmErr)
+		}
+	}()
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(writerFunc(func(b []byte) (int, error) { return compactionWrite(f, b) }), 1<<20)
 	pending := make([]Pending, 0, len(items))
 	var size int64
 	for _, it := range items {
@@ -312,6 +344,7 @@ func (s *Spool) compact(n uint64, items []*internalv1.SettleItem) ([]Pending, er
 	if err := os.Rename(tmp, s.path(n)); err != nil {
 		return nil, err
 	}
+	renamed = true
 	if err := syncDir(s.cfg.Dir); err != nil {
 		return nil, err
 	}
@@ -322,6 +355,45 @@ func (s *Spool) compact(n uint64, items []*internalv1.SettleItem) ([]Pending, er
 	s.segs[n] = &segment{bytes: size, live: len(pending)}
 	s.total = size
 	return pending, nil
+}
+
+// compactionWrite is how compact writes its temporary file (a test replaces it).
+var compactionWrite = (*os.File).Write
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(b []byte) (int, error) { return w(b) }
+
+// inPlace is Open's way when the compaction failed (cause): the settlements found stay
+// in the old segments, under their own sequence numbers, and are replayed from there.
+// Each is acknowledged in its own segment (ackClosed), and an old segment is deleted once
+// its settlements are all acknowledged (dropIfDone); one holding none is deleted at once.
+// New settlements go to a new segment, begun here or, when even that fails, by a later
+// Append (reopen). Until 2026-12-07 Open failed instead: a full disk or a quota (ENOSPC,
+// EDQUOT), which the rewrite of a backlog meets first, since it needs as much room again,
+// kept the enforcer from starting, over and over, the backlog stuck on its disk.
+func (s *Spool) inPlace(old []uint64, sizes map[uint64]int64, found []Pending, next uint64, cause error) []Pending {
+	s.log.Error("spool: the settlements found at start could not be rewritten into a new segment; they are replayed from the old segments in place, each deleted once its settlements are answered",
+		"error", cause, "no_room", errors.Is(cause, syscall.ENOSPC) || errors.Is(cause, syscall.EDQUOT),
+		"segments", len(old), "settlements", len(found))
+	s.f = nil
+	s.segs = map[uint64]*segment{}
+	s.total = 0
+	for _, n := range old {
+		s.segs[n] = &segment{bytes: sizes[n]}
+		s.total += sizes[n]
+	}
+	for _, p := range found {
+		s.segs[p.Ref.seg].live++
+	}
+	s.cur = next - 1
+	if err := s.openSegment(next); err != nil {
+		s.log.Warn("spool: could not begin a segment; new settlements are spooled once one can be begun", "error", err)
+	}
+	for _, n := range old {
+		s.dropIfDone(n)
+	}
+	return found
 }
 
 // tmpSuffix names a compaction's file until it is complete.

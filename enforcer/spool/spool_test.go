@@ -392,6 +392,87 @@ func TestKilledBeforeTheCompactionsRenameLeavesTheOldSegments(t *testing.T) {
 	}
 }
 
+// Open's compaction fails for want of room (a full disk or a quota: ENOSPC, EDQUOT) while
+// there is a backlog to replay: the enforcer still starts, replays the backlog from the
+// old segments where they are, and says so. An answered settlement is acknowledged in
+// its old segment (not sent again by the next start), an unanswered one stays for the
+// next start, and an old segment whose settlements are all answered is deleted. Before,
+// Open failed, and the enforcer refused to start, again and again, with the backlog
+// stuck on its disk.
+func TestOpenReplaysInPlaceWhenTheCompactionHasNoRoom(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 250} // three settlements a segment
+			s, _, _ := open(t, cfg)
+			var refs []spool.Ref
+			for _, id := range []string{"req_a", "req_b", "req_c", "req_d", "req_e"} {
+				ref, ok := s.Append(item(id))
+				if !ok {
+					t.Fatalf("append %s", id)
+				}
+				refs = append(refs, ref)
+			}
+			s.Ack(refs[1]) // req_b answered
+			s.Close()
+			old := segments(t, dir)
+			if len(old) != 2 {
+				t.Fatalf("segments before the start: %v", old)
+			}
+
+			restoreWrite := spool.SetCompactionWrite(func(*os.File, []byte) (int, error) { return 0, errno })
+			var logs bytes.Buffer
+			m := metrics.Discard()
+			s2, pending, err := spool.Open(cfg, m, slog.New(slog.NewTextHandler(&logs, nil)))
+			restoreWrite()
+			if err != nil {
+				t.Fatalf("Open with no room for the compaction: %v", err)
+			}
+			if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_c", "req_d", "req_e"}) {
+				t.Fatalf("pending %v, want [req_a req_c req_d req_e]", got)
+			}
+			if got := testutil.ToFloat64(m.SettleSpoolReplayed); got != 4 {
+				t.Fatalf("replayed metric %v", got)
+			}
+			if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "replayed from the old segments in place") {
+				t.Fatalf("not logged: %q", logs.String())
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) != 0 {
+				t.Fatalf("temporary files left: %v", left)
+			}
+			for _, p := range old {
+				if _, err := os.Stat(p); err != nil {
+					t.Fatalf("old segment gone: %v", err)
+				}
+			}
+			// New settlements are spooled as usual.
+			if _, ok := s2.Append(item("req_f")); !ok {
+				t.Fatal("a new settlement is not spooled")
+			}
+			// Answers: req_a and req_c (the first old segment is then all answered), req_d.
+			s2.Ack(pending[0].Ref)
+			s2.Ack(pending[1].Ref)
+			s2.Ack(pending[2].Ref)
+			if _, err := os.Stat(old[0]); !os.IsNotExist(err) {
+				t.Fatalf("an old segment whose settlements are all answered is kept (%v)", err)
+			}
+			if float64(s2.Bytes()) != testutil.ToFloat64(m.SettleSpoolBytes) {
+				t.Fatalf("size %d, metric %v", s2.Bytes(), testutil.ToFloat64(m.SettleSpoolBytes))
+			}
+			// A crash; the next start has room.
+			s2.Close()
+			s3, pending, _ := open(t, cfg)
+			defer s3.Close()
+			if got := ids(pending); !slices.Equal(got, []string{"req_e", "req_f"}) {
+				t.Fatalf("next start's pending %v, want [req_e req_f] (none answered, none lost)", got)
+			}
+			if segs := segments(t, dir); len(segs) != 1 {
+				t.Fatalf("segments after the next start's compaction: %v", segs)
+			}
+		})
+	}
+}
+
 // A rotation that cannot begin the next segment (here a directory is in its way; in
 // production a process out of file descriptors, a full disk) leaves the spool without
 // a segment only until a later Append can begin one: the settlements after that are
