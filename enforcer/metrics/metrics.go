@@ -380,7 +380,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		SettleSentAgain: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settle_sent_again_total",
-			Help: "Answered settlements sent again after a rebuild of the mirror, by outcome: duplicate (the database still had it), settled or promoted (it had lost it: charged now), no_snapshot (its start was lost too: quarantined for review), the other refusals, unanswered (dropped at shutdown or after the maximum age).",
+			Help: "Answered settlements sent again after a rebuild of the mirror, by outcome: duplicate (the database still had it), settled or promoted (it had lost it: charged now), no_snapshot (its start was lost too: quarantined for review), the other refusals, unanswered (not spooled, dropped at shutdown or after the maximum age; a spooled one stays in the spool for the next start).",
 		}, []string{"outcome"}),
 		MirrorRebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_mirror_rebuilds_total",

@@ -90,8 +90,12 @@ func (q *Queue) MirrorRebuilt(postgresKept bool) {
 // (the package's comment above answeredFor says why), and returns how many. Call it
 // when the mirror was rebuilt under a new generation. They are sent when no other
 // settlement is due (a window of them must not delay the live ones), outside the
-// queue's capacity (the window's bound is theirs), never spooled, and dropped quietly
-// when the process stops first: each was answered once. Their answers are counted by
+// queue's capacity (the window's bound is theirs), and spooled again with their start's
+// snapshot until answered: each was acknowledged in the spool when first answered, and
+// a process that stops or dies before the second answer leaves them to the next start
+// (until 2026-12-07 they were never spooled, and such a restart lost what the replaced
+// database had lost). Unspooled (no spool, or one full or failing), they are dropped
+// quietly when the process stops first: each was answered once. Their answers are counted by
 // tollgate_enforcer_settle_sent_again_total, not with the first ones. From now, the
 // settlement of every request admitted before now carries its start's snapshot
 // (attachStarts).
@@ -118,10 +122,16 @@ func (q *Queue) SendAnsweredAgain() int {
 		if proto.Unmarshal(a.item, item) != nil {
 			continue // cannot happen: answeredFor marshaled it
 		}
-		entries = append(entries, &entry{item: item, queued: now, next: now, again: true, replayed: true, answered: a.at, start: a.start})
+		e := &entry{item: item, queued: now, next: now, again: true, replayed: true, answered: a.at, start: a.start}
+		if q.spool != nil {
+			// Outside the queue's lock: a write is a system call. finish acknowledges it.
+			e.ref = q.spoolWithStart(item, a.start)
+		}
+		entries = append(entries, e)
 	}
 	q.mu.Lock()
 	if q.stopping || q.drained {
+		// Stopped meanwhile: those spooled stay there for the next start to send.
 		q.mu.Unlock()
 		return 0
 	}
@@ -155,9 +165,10 @@ func (q *Queue) finishAgain(e *entry, outcome string, r Result, kept answeredIte
 	q.leave(e, kept)
 }
 
-// dropAgain takes out a settlement sent again that was not answered (the process is
-// stopping, or it was retried for the maximum age): it was answered once, so it is
-// counted, not logged as lost.
+// dropAgain takes out a settlement sent again, not spooled, that was not answered (it
+// was retried for the maximum age; the drain drops those left at shutdown the same way):
+// it was answered once, so it is counted, not logged as lost. A spooled one is never
+// given up (retry), and stays in the spool at shutdown (Drain).
 func (q *Queue) dropAgain(e *entry) {
 	q.m.SettleSentAgain.WithLabelValues("unanswered").Inc()
 	q.leave(e, answeredItem{})

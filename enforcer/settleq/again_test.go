@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/enforcer/spool"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -322,5 +323,82 @@ func TestSettlementsSentAgainGoAfterTheLiveOnes(t *testing.T) {
 	after, _ := l.state()
 	if i := slices.Index(after, "req_live"); i != cfg.MaxBatch {
 		t.Fatalf("the live settlement went %dth of %d calls' items (%v), want right after the first batch sent again (%d)", i, len(after), after, cfg.MaxBatch)
+	}
+}
+
+// A settlement sent again after a rebuild is in the spool until it is answered again:
+// each was acknowledged there when first answered, and a process that dies before the
+// second answer (a crash, a shutdown whose drain ran out, in the same outage that
+// replaced Postgres) leaves it to the next start, which sends it again; one the
+// database lost is charged. Answered, it is acknowledged again and the next start sends
+// nothing. Until 2026-12-07 they were never spooled: such a restart lost what the
+// replaced database had lost.
+func TestSettlementsSentAgainSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	quiet := slog.New(slog.DiscardHandler)
+	openSpool := func() (*spool.Spool, []spool.Pending) {
+		t.Helper()
+		sp, pending, err := spool.Open(spool.Config{Dir: dir}, metrics.Discard(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sp, pending
+	}
+	l := newLedger()
+	sp, _ := openSpool()
+	q := settleq.New(l, fastConfig(), metrics.Discard(), quiet)
+	q.UseSpool(sp, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { q.Run(ctx); close(stopped) }()
+	settleAll(t, q, 100, "req_a", "req_b")
+	// The failover lost req_b, and the control plane is not answering yet.
+	l.lose("req_b")
+	l.setDown(true)
+	if n := q.SendAnsweredAgain(); n != 2 {
+		t.Fatalf("sent again %d, want 2", n)
+	}
+	// The process dies (no drain; Close only lets the lock go, as the kernel would).
+	cancel()
+	<-stopped
+	sp.Close()
+
+	sp2, pending := openSpool()
+	ids := make([]string, 0, len(pending))
+	for _, p := range pending {
+		ids = append(ids, p.Item.GetRequestId())
+	}
+	if !slices.Equal(ids, []string{"req_a", "req_b"}) {
+		sp2.Close()
+		t.Fatalf("the next start replays %v, want [req_a req_b]: settlements sent again were not in the spool", ids)
+	}
+	l.setDown(false)
+	reg := prometheus.NewRegistry()
+	q2 := runningWith(t, l, fastConfig(), metrics.New(reg), quiet)
+	q2.UseSpool(sp2, pending)
+	waitIdle(t, q2)
+	if _, costs := l.state(); costs != 200 {
+		t.Fatalf("the ledger holds %d, want 200: req_b, lost by the failover, charged again and nothing twice", costs)
+	}
+	sp2.Close()
+	sp3, pending := openSpool()
+	defer sp3.Close()
+	if len(pending) != 0 {
+		t.Fatalf("answered settlements replayed again at the next start: %d", len(pending))
+	}
+
+	// Answered in the same process: acknowledged, and not replayed by the next start.
+	q3 := runningWith(t, l, fastConfig(), metrics.Discard(), quiet)
+	q3.UseSpool(sp3, nil)
+	settleAll(t, q3, 100, "req_c")
+	if n := q3.SendAnsweredAgain(); n != 1 {
+		t.Fatalf("sent again %d, want 1", n)
+	}
+	waitIdle(t, q3)
+	sp3.Close()
+	sp4, pending := openSpool()
+	defer sp4.Close()
+	if len(pending) != 0 {
+		t.Fatalf("a settlement sent again and answered is replayed at the next start")
 	}
 }

@@ -198,7 +198,7 @@ type entry struct {
 	ref      spool.Ref
 	replayed bool
 	// again: queued again by SendAnsweredAgain (so also replayed: outside the
-	// capacity; never spooled); answered is when it was first answered.
+	// capacity; spooled again when it can be); answered is when it was first answered.
 	again    bool
 	answered time.Time
 	// start is the snapshot of the request's durable start (Reservation.KeepStart), or
@@ -776,7 +776,7 @@ func (q *Queue) Drain(ctx context.Context) {
 			break
 		}
 		for _, e := range left {
-			if e.again {
+			if e.again && !e.ref.Spooled() {
 				continue // an entry sent again was answered once: dropped quietly (dropAgain)
 			}
 			if e.ref.Spooled() {

@@ -28,8 +28,10 @@
 // whole (the next Open removes the temporary file); a crash after it leaves copies of
 // settlements, under new sequence numbers, in the old segments and the new one. Open
 // replays each settlement once whatever copies it finds (same request id, equal in every
-// field) and none whose copy was acknowledged, so a start never sends, nor spools, a
-// settlement twice because of an earlier start. A compaction that fails (a full disk or
+// field) and none whose newest copy was acknowledged, so a start never sends, nor spools,
+// a settlement twice because of an earlier start. A copy written after an older one was
+// acknowledged (package settleq writes a settlement again when it sends it again after a
+// mirror rebuild) is replayed until it is acknowledged itself. A compaction that fails (a full disk or
 // a quota: it needs as much room again as the backlog) does not fail Open: what it wrote
 // is removed, the settlements are replayed from the old segments where they are, each
 // acknowledged in its own segment, and each old segment is deleted once all of its

@@ -253,21 +253,25 @@ func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 }
 
 // live returns the sequence numbers of the settlements no record acknowledges, in
-// order, each once:
-// copies of one settlement (the same request id, equal in every field) are one, kept at
-// its first copy and done when any copy is acknowledged (the control plane answered it).
-// Copies come from a compaction cut short after its segment was in place, and from
-// spools that older versions duplicated. Distinct settlements of one request id (a
-// refusal, then the answer) are each kept.
+// order, each once: copies of one settlement (the same request id, equal in every
+// field) are one, kept at its newest copy, and done when that copy is acknowledged (the
+// control plane answered it after the copy was written). A copy written after an older
+// one was acknowledged is a settlement written again to be sent again (settleq's after
+// a mirror rebuild, the database may have lost the first answer's work): it is live
+// until acknowledged itself. Copies written while the older is live come from a
+// compaction cut short after its segment was in place, and from spools that older
+// versions duplicated: an acknowledgement of the newest covers them all (compaction and
+// inPlace send the newest). Distinct settlements of one request id (a refusal, then the
+// answer) are each kept. Until 2026-12-07 an acknowledgement of any copy covered every
+// other, so a settlement written again was never replayed.
 func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []uint64 {
 	type one struct {
 		item *internalv1.SettleItem
-		seq  uint64
-		done bool
+		seq  uint64 // the newest copy's
 	}
 	seqs := slices.Sorted(maps.Keys(settled))
 	byID := map[string][]*one{}
-	var order []*one
+	var all []*one
 	for _, seq := range seqs {
 		it := settled[seq]
 		id := it.GetRequestId()
@@ -279,19 +283,20 @@ func live(settled map[uint64]*internalv1.SettleItem, acked map[uint64]bool) []ui
 			}
 		}
 		if o == nil {
-			o = &one{item: it, seq: seq}
+			o = &one{item: it}
 			byID[id] = append(byID[id], o)
-			order = append(order, o)
+			all = append(all, o)
 		}
-		o.done = o.done || acked[seq]
+		o.seq = seq
 	}
-	var seqs2 []uint64
-	for _, o := range order {
-		if !o.done {
-			seqs2 = append(seqs2, o.seq)
+	var out []uint64
+	for _, o := range all {
+		if !acked[o.seq] {
+			out = append(out, o.seq)
 		}
 	}
-	return seqs2
+	slices.Sort(out)
+	return out
 }
 
 // compact writes items into segment n, which becomes the current one, whatever their

@@ -280,6 +280,44 @@ func TestCopiesOfASettlementAreReplayedOnce(t *testing.T) {
 	}
 }
 
+// A settlement written again after its first copy was acknowledged (package settleq
+// sends the settlements answered in the last window again after a mirror rebuild, in
+// case the replaced database lost them) is replayed by the next start until it is
+// acknowledged itself, once, and in the same segment as its first copy or another.
+// Before, the first copy's acknowledgement covered it, and a restart before its second
+// answer lost it.
+func TestSettlementWrittenAgainAfterItsAcknowledgementIsReplayed(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 250}
+	s, _, _ := open(t, cfg)
+	a, _ := s.Append(item("req_a"))
+	b, _ := s.Append(item("req_b"))
+	s.Append(item("req_c"))
+	s.Append(item("req_d")) // the first segment is closed: the copies go to the second
+	s.Ack(a)
+	s.Ack(b)
+	againA, _ := s.Append(item("req_a"))
+	s.Append(item("req_b"))
+	s.Ack(againA) // answered again
+	s.Close()
+	if n := len(segments(t, dir)); n != 2 {
+		t.Fatalf("%d segments, want the copies in a second one", n)
+	}
+	s2, pending, _ := open(t, cfg)
+	if got := ids(pending); !slices.Equal(got, []string{"req_c", "req_d", "req_b"}) {
+		t.Fatalf("pending %v, want [req_c req_d req_b]", got)
+	}
+	for _, p := range pending {
+		s2.Ack(p.Ref)
+	}
+	s2.Close()
+	s3, pending, _ := open(t, cfg)
+	defer s3.Close()
+	if len(pending) != 0 {
+		t.Fatalf("acknowledged settlements replayed: %v", ids(pending))
+	}
+}
+
 // TOLLGATE_ENFORCER_SETTLE_SPOOL_MAX_BYTES lowered below the backlog the spool holds (the
 // control plane was down): the enforcer starts and replays all of it, the size shows
 // above the bound (metric, warning), and new settlements are refused until
