@@ -223,12 +223,7 @@ func TestUsageConcurrentApprovals(t *testing.T) {
 func TestUsageDeny(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	o := e.NewOrg(t, "Acme")
-	bob := e.AddMember(t, o, "bob", "member")
-	p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
-	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
-	setUsed(t, e, bob, window.Day, 10)
-	r := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please").Expect(t, http.StatusOK))
+	o, bob, r := bobAsksForMore(t, e)
 	path := resetsPath + "/" + r.ID
 	e.Do(t, "POST", path+"/deny", map[string]any{"note": strings.Repeat("n", 2001)}, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	e.Do(t, "POST", path+"/deny", map[string]any{"reason": "x"}, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
@@ -266,13 +261,8 @@ func TestUsageDeny(t *testing.T) {
 func TestUsageDecisionBodies(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	o := e.NewOrg(t, "Acme")
-	bob := e.AddMember(t, o, "bob", "member")
-	p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
-	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
-	setUsed(t, e, bob, window.Day, 10)
+	o, bob, r := bobAsksForMore(t, e)
 	typed := func(ct string) apitest.Opt { return apitest.Header("Content-Type", ct) }
-	r := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please").Expect(t, http.StatusOK))
 	for _, op := range []string{"/deny", "/approve"} {
 		path := resetsPath + "/" + r.ID + op
 		for _, refused := range []struct {
@@ -303,6 +293,18 @@ func TestUsageDecisionBodies(t *testing.T) {
 	if a := decodeReset(t, e.Do(t, "POST", resetsPath+"/"+r2.ID+"/approve", []byte("{}"), o.As()...).Expect(t, http.StatusOK)); a.Status != "approved" {
 		t.Fatalf("approved again with {}: %+v", a)
 	}
+}
+
+// bobAsksForMore makes an organization whose member bob is over his day limit under a
+// daily policy assigned to him (10 µUSD; its extension ceil(10/4) = 3), and files his
+// pending request for more.
+func bobAsksForMore(t *testing.T, e *apitest.Env) (owner, bob apitest.Member, req resetRequest) {
+	t.Helper()
+	owner = e.NewOrg(t, "Acme")
+	bob = e.AddMember(t, owner, "bob", "member")
+	p := dayPolicy(t, e, owner, "Daily", "0.00001", nil)
+	assign(t, e, owner, p.ID, map[string]any{"memberId": bob.MemberID})
+	return owner, bob, staleSetup(t, e, bob)
 }
 
 // staleSetup makes bob over his day limit under policy p (reaching him as the caller

@@ -37,12 +37,7 @@ func (noAudit) Audit(pgx.Tx, string, string, any) error { return nil }
 func TestUsageStatusIsOneSnapshot(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	o := e.NewOrg(t, "Acme")
-	bob := e.AddMember(t, o, "bob", "member")
-	p := dayPolicy(t, e, o, "Daily", "0.00001", nil) // base 10, extension ceil(10/4) = 3
-	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
-	setUsed(t, e, bob, window.Day, 10)
-	req := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please").Expect(t, http.StatusOK))
+	o, bob, req := bobAsksForMore(t, e)
 
 	ctx := context.Background()
 	tx := openTx(t, e)
@@ -97,12 +92,7 @@ func TestUsageStatusIsOneSnapshot(t *testing.T) {
 func TestResetRequestListIsOneSnapshot(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	o := e.NewOrg(t, "Acme")
-	bob := e.AddMember(t, o, "bob", "member")
-	p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
-	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
-	setUsed(t, e, bob, window.Day, 10)
-	req := decodeReset(t, submit(t, e, bob, bucketID(e, bob, window.Day), "please").Expect(t, http.StatusOK))
+	o, _, req := bobAsksForMore(t, e)
 
 	ctx := context.Background()
 	for round := 0; ; round++ {
