@@ -3,6 +3,7 @@ package mirrorsync_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,4 +224,23 @@ func TestResyncAfterPostgresRestoreReplacesNewerLookingRecords(t *testing.T) {
 		}
 	}
 	at.Check(t, e.Store)
+}
+
+// A resync cut short after its new generation was set (an operator's Ctrl-C, a lost
+// connection) leaves the members not yet rewritten unknown to the enforcers under it:
+// its error says so and what to do, where it said only "context canceled".
+func TestResyncCutShortSaysToRunItAgain(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	settleOne(t, e, org, ms[0], 100)
+	ctx, cancel := context.WithCancel(e.Ctx)
+	defer cancel()
+	err := otherProcess(t, e, &beforeFirstScript{fn: cancel}).Resync(ctx)
+	var part *mirrorsync.PartRebuiltError
+	if !errors.As(err, &part) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "run controlplane resync again") {
+		t.Fatalf("a resync cut short after its generation answered %v", err)
+	}
+	if gen, _ := e.Layout.Generation(e.Ctx, e.Redis); gen != part.Generation {
+		t.Fatalf("the error names generation %q, Redis has %q", part.Generation, gen)
+	}
 }

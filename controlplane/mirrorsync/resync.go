@@ -3,6 +3,7 @@ package mirrorsync
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -197,8 +198,26 @@ func (w *Writer) Resync(ctx context.Context) error {
 	w.setGeneration(gen)
 	w.metrics.Resyncs.WithLabelValues("forced").Inc()
 	w.takeFailed()
-	return w.rewriteAll(ctx, gen)
+	if err := w.rewriteAll(ctx, gen); err != nil {
+		return &PartRebuiltError{Generation: gen, Err: err}
+	}
+	return nil
 }
+
+// PartRebuiltError is Resync's error once the new generation is set: the mirror is under
+// it, and the members not yet rewritten have no record the enforcers trust (they ask the
+// control plane for each, more slowly) until a resync runs to its end. Before the
+// generation is set, a failure changes nothing and is returned as it is.
+type PartRebuiltError struct {
+	Generation string
+	Err        error
+}
+
+func (e *PartRebuiltError) Error() string {
+	return fmt.Sprintf("the mirror is under its new generation %s and only part rebuilt (the enforcers ask the control plane for the members not yet rewritten): run controlplane resync again, which is safe to repeat: %v", e.Generation, e.Err)
+}
+
+func (e *PartRebuiltError) Unwrap() error { return e.Err }
 
 // rewriteAll rewrites every mirrored member in chunks, several at once.
 func (w *Writer) rewriteAll(ctx context.Context, gen string) error {
@@ -247,6 +266,11 @@ func (w *Writer) rewriteAll(ctx context.Context, gen string) error {
 	if listErr != nil {
 		w.metrics.StoreErrors.WithLabelValues("resync").Inc()
 		return listErr
+	}
+	if first == nil && ctx.Err() != nil {
+		// Cut short (an operator's Ctrl-C): a write that failed for it was kept for a
+		// later round of this process, which is stopping, so the rebuild is not done.
+		return ctx.Err()
 	}
 	w.log.Info("mirror: resync done", "members", total, "generation", gen, "took", time.Since(began).Round(time.Millisecond))
 	return first
