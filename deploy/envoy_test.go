@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
 	"github.com/tollgate-dev/tollgate/enforcer/extproc"
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 )
@@ -228,6 +231,8 @@ type envoyConfig struct {
 	streamIdle *durationpb.Duration
 	// vhostRetries: a virtual host has a retry or hedge policy.
 	vhostRetries bool
+	// localReply is the connection manager's local_reply_config.
+	localReply *hcmv3.LocalReplyConfig
 }
 
 // loadEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap proto
@@ -275,6 +280,7 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 					t.Fatalf("filter %s: %v", f.GetName(), err)
 				}
 				ref.streamIdle = hcm.GetStreamIdleTimeout()
+				ref.localReply = hcm.GetLocalReplyConfig()
 				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
 					ref.vhostRetries = ref.vhostRetries || vh.GetRetryPolicy() != nil || vh.GetHedgePolicy() != nil
 					for _, r := range vh.GetRoutes() {
@@ -520,5 +526,73 @@ func TestEnvoyCarriesAsManyStreamsAsTheGateway(t *testing.T) {
 	}
 	for name := range bounds {
 		t.Errorf("no cluster %s", name)
+	}
+}
+
+// TestEnvoyAnswersAnUnreachableEnforcerInJSON: ext_authz failing closed (the enforcer
+// unreachable) is answered 503 by Envoy itself, with an empty body unless a
+// local_reply_config mapper gives it one: the OpenAI and Anthropic SDKs then said "503
+// status code (no body)", and no X-Service-Error-Code told what failed. The mapper must
+// match that failure alone (code details ext_authz_error: not the enforcer's own 503s,
+// ext_authz_denied, nor the router's or the upstream's), give the enforcer's error shape
+// as JSON, and name the enforcer unavailable in X-Service-Error-Code. The envoyemu test
+// TestDeployedEnvoyAnswersAnUnreachableEnforcerInJSON plays it.
+func TestEnvoyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
+	ref := loadEnvoyConfig(t)
+	if ref.authz.GetStatusOnError().GetCode() != 503 {
+		t.Fatalf("ext_authz status_on_error %v, want 503", ref.authz.GetStatusOnError())
+	}
+	var found bool
+	for _, m := range ref.localReply.GetMappers() {
+		var status uint32
+		var cel []string
+		for _, f := range append([]*accesslogv3.AccessLogFilter{m.GetFilter()}, m.GetFilter().GetAndFilter().GetFilters()...) {
+			if sc := f.GetStatusCodeFilter(); sc != nil && sc.GetComparison().GetOp() == accesslogv3.ComparisonFilter_EQ {
+				status = sc.GetComparison().GetValue().GetDefaultValue()
+			}
+			if ext := f.GetExtensionFilter(); ext != nil {
+				var e celv3.ExpressionFilter
+				if err := ext.GetTypedConfig().UnmarshalTo(&e); err != nil {
+					t.Fatalf("extension filter %s: %v", ext.GetName(), err)
+				}
+				cel = append(cel, e.GetExpression())
+			}
+		}
+		if !slices.Contains(cel, "response.code_details == 'ext_authz_error'") {
+			continue
+		}
+		found = true
+		if status != 503 || m.GetStatusCode() != nil {
+			t.Errorf("mapper for ext_authz_error: status filter %d, status_code %v: want the 503 kept", status, m.GetStatusCode())
+		}
+		hdr := map[string]string{}
+		for _, h := range m.GetHeadersToAdd() {
+			hdr[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+		}
+		if hdr["X-Service-Error-Code"] != gate.CodeEnforcerUnavailable || hdr["Cache-Control"] != "no-store" {
+			t.Errorf("mapper headers %v", hdr)
+		}
+		f := m.GetBodyFormatOverride()
+		if f.GetContentType() != "application/json" {
+			t.Errorf("mapper content type %q", f.GetContentType())
+		}
+		var body struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type, Code, Message string
+				Details             struct{ Reason string }
+			} `json:"error"`
+		}
+		text := f.GetTextFormatSource().GetInlineString()
+		if err := json.Unmarshal([]byte(text), &body); err != nil || strings.Contains(text, "%") {
+			t.Fatalf("mapper body %q: %v (and no %%OPERATORS%%)", text, err)
+		}
+		if body.Type != "error" || body.Error.Type != "api_error" || body.Error.Code != gate.CodeEnforcerUnavailable ||
+			body.Error.Message == "" || body.Error.Details.Reason != "enforcer_unavailable" {
+			t.Errorf("mapper body %s", text)
+		}
+	}
+	if !found {
+		t.Fatal("no local_reply_config mapper for ext_authz's failure (response.code_details == 'ext_authz_error'): an unreachable enforcer is answered 503 with no body")
 	}
 }

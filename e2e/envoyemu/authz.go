@@ -47,7 +47,7 @@ func (x *exchange) authz(f Filter) bool {
 		if s := c.GetStatusOnError().GetCode(); s > 0 {
 			status = int(s)
 		}
-		x.localReply(status, nil, "")
+		x.localReply(status, nil, "", "ext_authz_error")
 		return false
 	}
 
@@ -65,7 +65,7 @@ func (x *exchange) authz(f Filter) bool {
 			}
 			hs.add(o.GetHeader().GetKey(), v)
 		}
-		x.localReply(status, hs, d.GetBody())
+		x.localReply(status, hs, d.GetBody(), "ext_authz_denied")
 		return false
 	}
 
@@ -147,7 +147,7 @@ func mutateQuery(path string, set []*corev3.QueryParameter, remove []string) str
 // strictness, so a wrong mutation fails the test that made it.
 func (x *exchange) refuse(err error) bool {
 	x.p.problem("%v", err)
-	x.localReply(http.StatusInternalServerError, nil, "envoyemu: "+err.Error())
+	x.localReply(http.StatusInternalServerError, nil, "envoyemu: "+err.Error(), "envoyemu_refused")
 	return false
 }
 

@@ -38,6 +38,8 @@ type Config struct {
 	// BufferLimit bounds a body held whole (a BUFFERED ext_proc body): the listener's
 	// per_connection_buffer_limit_bytes, Envoy's default 1 MiB. Over it, 413.
 	BufferLimit int
+	// LocalReply are the connection manager's local_reply_config mappers (rewrite).
+	LocalReply []replyMapper
 }
 
 // Filter is one HTTP filter; exactly one of its configurations is set.
@@ -141,6 +143,12 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	if lr, err := loadLocalReply(hcm.GetLocalReplyConfig()); err != nil {
+		bad("%v", err)
+	} else {
+		cfg.LocalReply = lr
+	}
 
 	routerSeen := false
 	for _, hf := range hcm.GetHttpFilters() {

@@ -51,6 +51,12 @@
 //     preflight goes on down the chain, as with Envoy's default
 //     forward_not_matching_preflights.
 //
+// The connection manager's local_reply_config mappers rewrite a local reply (a filter's
+// refusal, the router's own 503/504) their filter matches: status_code_filter,
+// and_filter, and the CEL extension filter on response.code_details == '...' are played
+// (ext_authz's failure is ext_authz_error, its denial ext_authz_denied), with the
+// mapper's headers_to_add and a body_format_override without format operators.
+//
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
 // routes matched by prefix or path (per-route filter configs can disable a filter,

@@ -3,6 +3,7 @@ package envoyemu
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
@@ -985,5 +987,124 @@ func TestCorsWildcardsEchoThePreflight(t *testing.T) {
 	defer e.proc.mu.Unlock()
 	if len(e.proc.checks) != 0 {
 		t.Errorf("%d preflights checked", len(e.proc.checks))
+	}
+}
+
+// unreachableMapper is a local_reply_config in deploy/envoy/envoy.yaml's shape: only
+// ext_authz's own failure (code details ext_authz_error) becomes a JSON answer.
+const unreachableMapper = `                local_reply_config:
+                  mappers:
+                    - filter:
+                        and_filter:
+                          filters:
+                            - status_code_filter: {comparison: {op: EQ, value: {default_value: 503, runtime_key: k}}}
+                            - extension_filter:
+                                name: envoy.access_loggers.extension_filters.cel
+                                typed_config:
+                                  "@type": type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter
+                                  expression: "response.code_details == 'ext_authz_error'"
+                      headers_to_add: [{header: {key: X-Service-Error-Code, value: down}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}]
+                      body_format_override:
+                        text_format_source: {inline_string: '{"error":"down"}'}
+                        content_type: application/json
+                route_config:
+`
+
+// A local_reply_config mapper rewrites the local replies its filter matches, and only
+// those: ext_authz's failure here, never its denial (the enforcer's own 503) nor the
+// router's own 503 nor the upstream's.
+func TestLocalReplyMappers(t *testing.T) {
+	cfg := strings.Replace(chain, "                route_config:\n", unreachableMapper, 1)
+	if cfg == chain {
+		t.Fatal("no mapper added")
+	}
+	// ext_authz failing: the mapper's answer.
+	e := setup(t, cfg, &processor{}, &upstream{})
+	c, err := Load([]byte(cfg), "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Config: c, Clusters: map[string]string{"enforcer": testio.FreeAddr(t), "upstream": e.upstream.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ps := httptest.NewServer(p)
+	defer ps.Close()
+	res, body := post(t, ps.URL+"/v1/chat/completions", `{}`, nil)
+	if res.StatusCode != 503 || res.Header.Get("Content-Type") != "application/json" || res.Header.Values("X-Service-Error-Code")[0] != "down" ||
+		body != `{"error":"down"}` || res.Header.Get("Content-Length") != strconv.Itoa(len(body)) {
+		t.Fatalf("ext_authz failing: %d %v %q", res.StatusCode, res.Header, body)
+	}
+
+	// ext_authz denying 503: the enforcer's answer as is.
+	deny := setup(t, cfg, &processor{check: func(*authv3.CheckRequest) *authv3.CheckResponse {
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.Unavailable)},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+				Status:  &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+				Headers: []*corev3.HeaderValueOption{hv("Content-Type", "application/json", 0), hv("X-Service-Error-Code", "theirs", 0)},
+				Body:    `{"error":"theirs"}`,
+			}}}
+	}}, &upstream{})
+	res, body = post(t, deny.url+"/v1/chat/completions", `{}`, nil)
+	if res.StatusCode != 503 || len(res.Header.Values("X-Service-Error-Code")) != 1 || res.Header.Get("X-Service-Error-Code") != "theirs" || body != `{"error":"theirs"}` {
+		t.Fatalf("ext_authz denying: %d %v %q", res.StatusCode, res.Header, body)
+	}
+
+	// The router's own 503 (no connection) and the upstream's 503: untouched.
+	up := setup(t, cfg, &processor{check: admit(&authv3.OkHttpResponse{})}, &upstream{})
+	up.upstream.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(503)
+		io.WriteString(w, "upstream busy")
+	})
+	res, body = post(t, up.url+"/v1/chat/completions", `{}`, nil)
+	if res.StatusCode != 503 || res.Header.Get("X-Service-Error-Code") != "" || body != "upstream busy" {
+		t.Fatalf("the upstream's 503: %d %v %q", res.StatusCode, res.Header, body)
+	}
+	up.upstream.Close()
+	res, body = post(t, up.url+"/v1/chat/completions", `{}`, nil)
+	if res.StatusCode != 503 || res.Header.Get("X-Service-Error-Code") != "" || !strings.HasPrefix(body, "upstream connect error") {
+		t.Fatalf("the router's 503: %d %v %q", res.StatusCode, res.Header, body)
+	}
+}
+
+// TestDeployedEnvoyAnswersAnUnreachableEnforcerInJSON: with the enforcer unreachable,
+// deploy/envoy/envoy.yaml answers 503 with the enforcer's error shape, JSON, and
+// X-Service-Error-Code naming the enforcer unavailable. Before, Envoy's own 503 had an
+// empty body: the OpenAI and Anthropic SDKs said "503 status code (no body)".
+func TestDeployedEnvoyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
+	cfg, err := LoadFile("../../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(&upstream{})
+	defer up.Close()
+	p, err := New(Options{Config: cfg, Clusters: map[string]string{"tollgate_enforcer": testio.FreeAddr(t), "llm_upstream": up.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ps := httptest.NewServer(p)
+	defer ps.Close()
+	res, body := post(t, ps.URL+"/v1/chat/completions", `{"model":"gpt-4o"}`, map[string]string{"Authorization": "Bearer tgk_member"})
+	var got struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type, Code, Message string
+			Details             struct{ Reason string }
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("503 body %q: %v", body, err)
+	}
+	code := gate.CodeEnforcerUnavailable
+	if res.StatusCode != 503 || res.Header.Get("Content-Type") != "application/json" || res.Header.Get("X-Service-Error-Code") != code ||
+		res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("%d %v", res.StatusCode, res.Header)
+	}
+	if got.Type != "error" || got.Error.Type != "api_error" || got.Error.Code != code || got.Error.Message == "" ||
+		got.Error.Details.Reason != "enforcer_unavailable" {
+		t.Errorf("body %s", body)
 	}
 }

@@ -162,7 +162,7 @@ func (x *exchange) failed(af *activeFilter, err error) bool {
 	if s := af.f.Proc.GetStatusOnError().GetCode(); s > 0 {
 		status = int(s)
 	}
-	x.localReply(status, nil, "")
+	x.localReply(status, nil, "", "ext_proc_error")
 	return false
 }
 
@@ -393,7 +393,7 @@ func (x *exchange) immediate(ir *extprocv3.ImmediateResponse) bool {
 		}
 		hs.add(o.GetHeader().GetKey(), v)
 	}
-	x.localReply(status, hs, string(ir.GetBody()))
+	x.localReply(status, hs, string(ir.GetBody()), "ext_proc_immediate_response")
 	return false
 }
 

@@ -257,7 +257,7 @@ func (x *exchange) run() {
 	x.requestHeaders()
 	x.route = x.p.cfg.match(x.req.value(":path"))
 	if x.route == nil {
-		x.localReply(http.StatusNotFound, nil, "")
+		x.localReply(http.StatusNotFound, nil, "", "route_not_found")
 		return
 	}
 	for _, f := range x.p.cfg.Filters {
@@ -294,7 +294,7 @@ func (x *exchange) run() {
 func (x *exchange) readBody(limit int) bool {
 	if x.buffered {
 		if len(x.body) > limit {
-			x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large")
+			x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large", "request_payload_too_large")
 			return false
 		}
 		return true
@@ -302,11 +302,11 @@ func (x *exchange) readBody(limit int) bool {
 	b, err := io.ReadAll(io.LimitReader(x.r.Body, int64(limit)+1))
 	if err != nil {
 		x.p.problem("reading the request body: %v", err)
-		x.localReply(http.StatusBadRequest, nil, "")
+		x.localReply(http.StatusBadRequest, nil, "", "envoyemu_bad_request")
 		return false
 	}
 	if len(b) > limit {
-		x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large")
+		x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large", "request_payload_too_large")
 		return false
 	}
 	x.body, x.buffered = b, true
@@ -315,8 +315,10 @@ func (x *exchange) readBody(limit int) bool {
 
 // localReply answers the client from the proxy (Envoy's sendLocalReply): a text/plain
 // body when there is one, then the given headers (removed first, then added), then the
+// local_reply_config mapper matching the status and the code details (Envoy's, for the
+// reasons a mapper is likely to name: ext_authz_denied, ext_authz_error), then the
 // response headers of an admitting ext_authz.
-func (x *exchange) localReply(status int, hs headers, body string) {
+func (x *exchange) localReply(status int, hs headers, body, details string) {
 	h := headers{}
 	if body != "" {
 		h.set("content-type", "text/plain")
@@ -325,6 +327,7 @@ func (x *exchange) localReply(status int, hs headers, body string) {
 		h.del(f.k)
 	}
 	h = append(h, hs...)
+	status = x.p.cfg.rewrite(status, details, &h, &body)
 	for _, a := range x.respAdd {
 		h.apply(a.a, a.k, a.v)
 	}
@@ -342,7 +345,7 @@ func (x *exchange) localReply(status int, hs headers, body string) {
 func (x *exchange) forward() {
 	base, ok := x.p.clusters[x.route.Cluster]
 	if !ok {
-		x.localReply(http.StatusServiceUnavailable, nil, "no healthy upstream")
+		x.localReply(http.StatusServiceUnavailable, nil, "no healthy upstream", "no_healthy_upstream")
 		return
 	}
 	ctx := x.r.Context()
@@ -358,7 +361,7 @@ func (x *exchange) forward() {
 	}
 	out, err := http.NewRequestWithContext(ctx, x.req.value(":method"), strings.TrimSuffix(base, "/")+x.req.value(":path"), body)
 	if err != nil {
-		x.localReply(http.StatusBadRequest, nil, err.Error())
+		x.localReply(http.StatusBadRequest, nil, err.Error(), "envoyemu_bad_request")
 		return
 	}
 	out.Host = x.req.value(":authority")
@@ -510,7 +513,9 @@ func (x *exchange) upstreamFailed(timedOut, wrote bool) {
 		body, reply = resetBody+"connection termination", envoyReply{flagUC, "upstream_reset_before_response_started{connection_termination}"}
 	}
 	x.reply = reply
-	rh := headers{{":status", strconv.Itoa(status)}, {"content-length", strconv.Itoa(len(body))}, {"content-type", "text/plain"}}
+	h := headers{{"content-type", "text/plain"}}
+	status = x.p.cfg.rewrite(status, reply.details, &h, &body)
+	rh := append(headers{{":status", strconv.Itoa(status)}, {"content-length", strconv.Itoa(len(body))}}, h...)
 	if !x.respondHeaders(rh, false) {
 		return
 	}

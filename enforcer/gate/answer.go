@@ -63,6 +63,10 @@ const (
 	// the upstream echo the request, the provider's credential in it (TRACE, TRACK; 405,
 	// MethodRefusal).
 	CodeMethodUnsupported = "service_gateway_method_unsupported"
+	// CodeEnforcerUnavailable is never the enforcer's answer: it is the proxy's, when the
+	// enforcer did not answer its check at all (Envoy's ext_authz failing closed, 503,
+	// deploy/envoy/envoy.yaml's local_reply_config; docs/enforcer.md, "Answers").
+	CodeEnforcerUnavailable = "service_gateway_enforcer_unavailable"
 )
 
 // Decision labels of metrics and answers.
