@@ -262,3 +262,53 @@ func alertRules(t *testing.T, keep func(group, alert string) bool) []testedRule 
 	}
 	return rules
 }
+
+// TestSettlementsLostCountsASpoolThatGoesWithThePod runs TollgateSettlementsLost through
+// `promtool test rules` on an enforcer that stopped with settlements left in its spool
+// (tollgate_enforcer_settlements_total{outcome="left_in_spool"}, from the 5th minute).
+// As the file writes it (deploy/compose: the spool is a named volume that outlives the
+// container, and the next start sends them) it does not fire; as the chart installs it
+// (its spool is an emptyDir, deleted with the pod at every rollout) it fires for them.
+// Until 2026-12-07 the chart's alert read abandoned and overflow only: a rollout that
+// took settlements with its pods' emptyDirs was logged and never alerted.
+func TestSettlementsLostCountsASpoolThatGoesWithThePod(t *testing.T) {
+	fileRules := alertRules(t, func(_, alert string) bool { return alert == "TollgateSettlementsLost" })
+	if len(fileRules) != 1 {
+		t.Fatal("no TollgateSettlementsLost")
+	}
+	var pr struct {
+		Spec ruleFile `yaml:"spec"`
+	}
+	rendered := renderChart(t, []string{"prometheusrule.yaml"}, "--set", "secrets.existingSecret=creds", "--set", "metrics.prometheusRule.enabled=true")
+	if err := yaml.Unmarshal(rendered, &pr); err != nil {
+		t.Fatal(err)
+	}
+	var chartRules []testedRule
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "TollgateSettlementsLost" {
+				chartRules = append(chartRules, testedRule{r.Alert, r.Expr, r.For, r.Labels})
+			}
+		}
+	}
+	if len(chartRules) != 1 {
+		t.Fatalf("the chart's PrometheusRule has %d TollgateSettlementsLost", len(chartRules))
+	}
+	series := []any{
+		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="left_in_spool"}`, "values": "0x4 3x10"},
+		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="abandoned"}`, "values": "0x14"},
+		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="overflow"}`, "values": "0x14"},
+	}
+	lost := func(outcomes ...string) []any {
+		exp := []any{}
+		for _, o := range outcomes {
+			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "outcome": o}})
+		}
+		return []any{
+			map[string]any{"eval_time": "3m", "alertname": "TollgateSettlementsLost", "exp_alerts": []any{}},
+			map[string]any{"eval_time": "7m", "alertname": "TollgateSettlementsLost", "exp_alerts": exp},
+		}
+	}
+	promtoolTest(t, fileRules, "1m", series, lost(), "the file's TollgateSettlementsLost (a spool that outlives the container)")
+	promtoolTest(t, chartRules, "1m", series, lost("left_in_spool"), "the chart's TollgateSettlementsLost (an emptyDir spool)")
+}

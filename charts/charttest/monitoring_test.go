@@ -70,8 +70,33 @@ func TestPrometheusRuleCarriesTheAlerts(t *testing.T) {
 		if got := str(pr, "metadata", "namespace"); got != namespace {
 			t.Errorf("namespace = %q, want the release's %q", got, namespace)
 		}
-		if want, got := alertGroups(t), list(pr, "spec", "groups"); !reflect.DeepEqual(want, got) {
+		// As written, but TollgateSettlementsLost: the chart's spool is an emptyDir, so
+		// what a stopping enforcer left in it is lost with the pod (left_in_spool).
+		want := alertGroups(t)
+		widened := 0
+		for _, g := range want {
+			for _, r := range list(g, "rules") {
+				if str(r, "alert") == "TollgateSettlementsLost" {
+					m := r.(map[string]any)
+					m["expr"] = strings.Replace(m["expr"].(string), `outcome=~"abandoned|overflow"`, `outcome=~"abandoned|overflow|left_in_spool"`, 1)
+					widened++
+				}
+			}
+		}
+		if widened != 1 {
+			t.Fatalf("%s has %d TollgateSettlementsLost", alertsFile, widened)
+		}
+		if got := list(pr, "spec", "groups"); !reflect.DeepEqual(want, got) {
 			t.Errorf("the PrometheusRule's groups differ from %s:\n got %v\nwant %v", alertsFile, got, want)
+		}
+	})
+
+	t.Run("spool off", func(t *testing.T) {
+		// No spool: nothing is ever left in one, and the rule is the file's.
+		pr := renderKind(t, helm, "PrometheusRule", "--set", "metrics.prometheusRule.enabled=true",
+			"--set", "enforcer.settleSpool.enabled=false")[0]
+		if want, got := alertGroups(t), list(pr, "spec", "groups"); !reflect.DeepEqual(want, got) {
+			t.Errorf("the PrometheusRule's groups differ from %s without a spool", alertsFile)
 		}
 	})
 

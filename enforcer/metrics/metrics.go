@@ -76,6 +76,8 @@ type Metrics struct {
 	// Settlements counts settlements finished, by outcome. abandoned (given up after
 	// retrying for the maximum age, or left when the drain deadline passed) and overflow
 	// (queue full, no reservation) are settlements lost: the alert TollgateSettlementsLost.
+	// left_in_spool (still unanswered in the spool when the enforcer stopped) is lost only
+	// when the spool goes with the process (the chart's emptyDir, whose alert counts it).
 	Settlements      *prometheus.CounterVec
 	SettledCostBasis *prometheus.CounterVec
 	SettleRetries    prometheus.Counter
@@ -195,7 +197,7 @@ var (
 	identityResults = []string{"hit", "miss", "negative_hit"}
 	recordSources   = []string{"redis", "resolve"}
 	startRejections = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
-	settleOutcomes  = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow"}
+	settleOutcomes  = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow", "left_in_spool"}
 	// MirrorRebuildActions: sent_again (the settlements answered in the window were
 	// sent again), not_needed (the control plane noted Postgres unchanged through a
 	// rebuild for Redis alone).
@@ -324,7 +326,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settlements_total",
-			Help: "Settlements finished, by outcome (settled, duplicate, promoted, cost_conflict, no_snapshot, invalid, epoch_changed, abandoned, overflow).",
+			Help: "Settlements finished, by outcome (settled, duplicate, promoted, cost_conflict, no_snapshot, invalid, epoch_changed, voided, abandoned, overflow, left_in_spool: still unanswered in the spool when the enforcer stopped, lost if the spool goes with the pod).",
 		}, []string{"outcome"}),
 		SettledCostBasis: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settled_cost_basis_total",

@@ -753,11 +753,13 @@ func (q *Queue) Drain(ctx context.Context) {
 		q.mu.Lock()
 		left := slices.Concat(q.ready, q.delayed, q.again)
 		q.ready, q.delayed, q.again = nil, nil, nil
-		var given, dropped int
+		var given, dropped, spooled int
 		for _, e := range left {
 			switch {
 			case e.ref.Spooled():
-				kept++ // not lost: the next start sends it again
+				// The next start sends it again, if it finds this spool: counted
+				// (left_in_spool), since the chart's emptyDir goes with a deleted pod.
+				spooled++
 			case e.again:
 				dropped++
 			default:
@@ -765,7 +767,9 @@ func (q *Queue) Drain(ctx context.Context) {
 			}
 			q.doneLocked(e)
 		}
+		kept += spooled
 		q.m.Settlements.WithLabelValues("abandoned").Add(float64(given))
+		q.m.Settlements.WithLabelValues("left_in_spool").Add(float64(spooled))
 		q.m.SettleSentAgain.WithLabelValues("unanswered").Add(float64(dropped))
 		q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
 		q.signalIdleLocked()
@@ -822,7 +826,9 @@ func (q *Queue) Drain(ctx context.Context) {
 func (q *Queue) afterDrain(e *entry) error {
 	id := e.item.GetRequestId()
 	if e.ref.Spooled() {
-		q.log.Warn("settlement queued after the shutdown's drain stays in the spool; the next start sends it", "request_id", id)
+		q.m.Settlements.WithLabelValues("left_in_spool").Inc()
+		q.log.Warn("settlement queued after the shutdown's drain stays in the spool; the next start sends it; if the spool is lost with the pod, re-send it",
+			"request_id", id, "organization_id", e.item.GetOrganizationId(), "member_id", e.item.GetMemberId(), resendAttr(e.item))
 		return nil
 	}
 	q.m.Settlements.WithLabelValues("abandoned").Inc()

@@ -408,3 +408,47 @@ func TestASpooledSettlementPastMaxAgeIsKeptAndSentAlone(t *testing.T) {
 		t.Fatalf("the overdue settlement is not named:\n%s", logs)
 	}
 }
+
+// A settlement the drain leaves in the spool, or one queued (spooled) after the drain, is
+// counted: tollgate_enforcer_settlements_total{outcome="left_in_spool"}. On Kubernetes
+// the chart's spool is an emptyDir that goes with the deleted pod, so each is lost unless
+// re-sent from its log line, and the chart's TollgateSettlementsLost alert counts them
+// there. Until 2026-12-07 they were logged only: no alert fired for a rollout that took
+// settlements with its pods.
+func TestSettlementsLeftInTheSpoolAtShutdownAreCounted(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, metrics.Discard(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	down := &scripted{}
+	for range 1000 {
+		down.errs = append(down.errs, status.Error(codes.Unavailable, "down"))
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	q := settleq.New(down, fastConfig(), m, quiet)
+	q.UseSpool(sp, nil)
+	for _, id := range []string{"req_kept_1", "req_kept_2"} {
+		res, _ := q.Reserve()
+		if err := q.Enqueue(&internalv1.SettleItem{RequestId: id, OrganizationId: "org_a", MemberId: "om_a"}, res, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	q.Drain(ctx)
+	if got := testutil.ToFloat64(m.Settlements.WithLabelValues("left_in_spool")); got != 2 {
+		t.Fatalf("left_in_spool counted %v after the drain, want 2", got)
+	}
+	// Queued after the drain: spooled, the next start's, left in the spool as well.
+	if err := q.Enqueue(&internalv1.SettleItem{RequestId: "req_late", OrganizationId: "org_a", MemberId: "om_a"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.Settlements.WithLabelValues("left_in_spool")); got != 3 {
+		t.Fatalf("left_in_spool counted %v after a late settlement, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.Settlements.WithLabelValues("abandoned")); got != 0 {
+		t.Fatalf("abandoned counted %v: a spooled settlement is not given up", got)
+	}
+}
