@@ -23,7 +23,9 @@
 // connection, timeout before headers) is 502 or 504 in JSON and is not charged. A client
 // that disconnects cancels the upstream request; the request is settled as incomplete
 // with what was seen (the input estimate at least, once the upstream had the whole
-// request; nothing before). An answer the upstream breaks off is broken off for the
+// request; nothing before). A non-streamed answer of announced length, which the
+// provider produced whole and bills whole, is read to its end instead, for its usage
+// (clientLeft). An answer the upstream breaks off is broken off for the
 // client too (ServeHTTP), never ended as if whole.
 package gateway
 
@@ -223,7 +225,9 @@ type Gateway struct {
 	refusedTwice logging.Throttle
 	// sessions are the Realtime sessions open now, each with the cancellation that ends
 	// it (realtime.go): net/http's Shutdown neither waits for nor closes a connection
-	// its handler took over, so DrainSessions does.
+	// its handler took over, so DrainSessions does. The answers read on after their
+	// client left (readRest) are here too: closing the client's connection, gone, would
+	// not end them.
 	sessionsMu sync.Mutex
 	sessions   map[*proxied]context.CancelFunc
 	// sessionsCut: DrainSessions has cut the sessions; one opening since is cut at once.
@@ -399,14 +403,15 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.respond(w)
 	ended := p.pump(w)
 	p.finish(ended)
-	if !ended {
+	if !ended || p.left {
 		// Broken off (the upstream's connection dropped or its stream reset, the idle
 		// timeout, the client gone): the client must see it broken off too, not a whole
 		// answer. Returning would end a stream of unknown length as if whole (HTTP/1.1's
 		// chunked terminator, HTTP/2's END_STREAM), and an SDK would take a cut stream
 		// for the complete answer, with no error and no retry. net/http takes this panic
 		// as an abort (the connection closed, the HTTP/2 stream reset) and logs nothing;
-		// done (deferred) releases the request, settled above, as on any return.
+		// done (deferred) releases the request, settled above, as on any return. A whole
+		// answer read to its end after its client left (clientLeft) ends so too.
 		panic(http.ErrAbortHandler)
 	}
 }
@@ -894,11 +899,14 @@ type proxied struct {
 	// (small is the stream's own; large, when set, is from bufPool).
 	resp   *http.Response
 	cancel context.CancelFunc
-	idle   *time.Timer
-	ext    *responseusage.Extractor
-	rc     *http.ResponseController
-	small  []byte
-	large  *[]byte
+	// stopWatching stops watching the client's context for its leaving (forward): false
+	// when it had ended (clientGone runs, or ran). Nil for a Realtime session.
+	stopWatching func() bool
+	idle         *time.Timer
+	ext          *responseusage.Extractor
+	rc           *http.ResponseController
+	small        []byte
+	large        *[]byte
 	// held: a stream's headers, written but not yet flushed, waiting for its first
 	// chunk (nil once that chunk came, and for a body of announced length).
 	held *heldHeaders
@@ -910,6 +918,14 @@ type proxied struct {
 	// whole: the body's length was announced (not a stream), and is relayed as it
 	// came: see respond. (Next to wrote, in its padding.)
 	whole bool
+	// left: the client left (a write or flush to it failed) while the body was relayed.
+	left bool
+	// readsToEnd: the body is read to its end even once its client left (respond,
+	// readRest); the client's leaving then does not cancel the upstream request.
+	readsToEnd atomic.Bool
+	// unlisted: done took the request out of gw.sessions (readOn); guarded by
+	// gw.sessionsMu.
+	unlisted bool
 	// unasked is set when the gateway asked the stream for its usage, which the client
 	// did not (requestbody.AskStreamUsage), and kept when the answer is a stream it can
 	// read (usagechunk.Applies): it leaves the usage event the client did not ask for
@@ -949,6 +965,10 @@ func (p *proxied) done() {
 		_ = p.resp.Body.Close()
 	}
 	if p.cancel != nil {
+		watching := p.stopWatching != nil && !p.stopWatching() // the client's context ended: clientGone may run
+		if p.readsToEnd.Load() && (watching || p.left) {
+			p.gw.unlist(p) // listed for the shutdown to cut (readOn), or about to be
+		}
 		p.cancel()
 	}
 	// Not settled by now (a panic on the way): a request the upstream received is
@@ -1060,9 +1080,11 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	// bytes of the body the gateway has yet to read (its chunked terminator), and a
 	// whole answer would be settled as cut. A client that leaves mid-answer is seen
 	// sooner, by the next write to it.
+	// A body read to its end (readsToEnd, set once the answer came) is not cancelled:
+	// clientGone.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	stopWatching := context.AfterFunc(r.Context(), func() { time.AfterFunc(clientGoneGrace, cancel) })
-	p.cancel = func() { stopWatching(); cancel() }
+	p.cancel = cancel
+	p.stopWatching = context.AfterFunc(r.Context(), func() { time.AfterFunc(clientGoneGrace, p.clientGone) })
 	cred, err := p.route.credential(ctx)
 	if err != nil {
 		p.credentialFailed(w, r, err)
@@ -1546,6 +1568,11 @@ func (p *proxied) respond(w http.ResponseWriter) {
 	p.whole = resp.ContentLength >= 0 && p.unasked == nil
 	if !p.whole {
 		p.held = holdHeaders(p.rc)
+	} else if p.id != "" && !p.unbilled && resp.ContentLength <= maxReadAfterClientLeft &&
+		!streamType(resp.Header.Get("Content-Type")) {
+		// The provider bills the whole answer whether or not the client reads it: its
+		// usage, at its end, is read even if the client leaves (readRest).
+		p.readsToEnd.Store(true)
 	}
 
 	p.ext = responseusage.New(resp.Header.Get("Content-Type"), responseusage.Headers(resp.Header), gw.limits)
@@ -1656,15 +1683,18 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 			}
 			if len(out) > 0 {
 				if _, werr := w.Write(out); werr != nil {
-					return false // the client left: the upstream request is cancelled (done)
+					return p.clientLeft() // a stream's upstream request is cancelled (done)
 				}
 			}
 		}
 		// A stream's chunk is flushed as it arrives. A body of announced length goes
 		// out as the server's write buffer fills, and whole at its end.
 		if !p.whole && moved || p.whole && err != nil {
-			if !p.writeBegins() || p.rc.Flush() != nil {
+			if !p.writeBegins() {
 				return false
+			}
+			if p.rc.Flush() != nil {
+				return p.clientLeft()
 			}
 		}
 		if !p.writing.CompareAndSwap(writeBusy, writeIdle) && p.writing.Load() >= writeCutting {
@@ -1677,6 +1707,95 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 		case p.large != nil && n < len(*p.large)/2:
 			bufPool.Put(p.large) // back to small reads before the next one may block
 			p.large = nil
+		}
+		if err != nil {
+			return err == io.EOF
+		}
+	}
+}
+
+// maxReadAfterClientLeft bounds the announced length of a body read to its end once its
+// client left (readsToEnd): base64 images are tens of megabytes; a larger body (a file's
+// content, a batch's output) is no answer whose usage is read from it.
+const maxReadAfterClientLeft = 256 << 20
+
+// streamType tells a stream's content type (an SSE stream, Amazon Bedrock's event
+// stream), which is never read on once its client left, even with its length announced.
+func streamType(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(mt)
+	return strings.EqualFold(mt, "text/event-stream") || strings.EqualFold(mt, "application/vnd.amazon.eventstream")
+}
+
+// clientGone ends the upstream request clientGoneGrace after the client's connection
+// went (its request's context ended), unless the answer is read to its end once its
+// client left (readsToEnd): that one goes on, listed for a shutdown to cut (readOn), as
+// the relay, waiting in a read from the upstream, may not have seen the client leave.
+func (p *proxied) clientGone() {
+	if !p.readsToEnd.Load() {
+		p.cancel()
+		return
+	}
+	p.gw.readOn(p)
+}
+
+// readOn lists a request whose answer is read on after its client left among the
+// sessions DrainSessions cuts at shutdown (at once, when it already has), unless its
+// handler is done (unlist).
+func (gw *Gateway) readOn(p *proxied) {
+	gw.sessionsMu.Lock()
+	cut := gw.sessionsCut
+	if !p.unlisted {
+		gw.sessions[p] = p.cancel
+	}
+	gw.sessionsMu.Unlock()
+	if cut {
+		p.cancel()
+	}
+}
+
+// unlist takes a request readOn may have listed out of the sessions for good (done).
+func (gw *Gateway) unlist(p *proxied) {
+	gw.sessionsMu.Lock()
+	p.unlisted = true
+	delete(gw.sessions, p)
+	gw.sessionsMu.Unlock()
+}
+
+// clientLeft is pump's end when a write or flush to the client failed: the client left.
+// A stream is cut (false): its upstream request is cancelled (done), settled with what
+// was seen. A non-streamed answer of announced length (readsToEnd) was produced whole,
+// and the provider bills it whole (OpenAI and Anthropic bill a request whose client went
+// away): its rest is read, unsent, for the usage at its end (readRest). Before
+// 2026-12-07 it was cut as a stream is, and settled at an estimate of the text seen,
+// incomplete (TestClientLeavingAWholeAnswerIsChargedItsReportedUsage).
+func (p *proxied) clientLeft() bool {
+	p.left = true
+	if !p.readsToEnd.Load() || p.writing.Load() >= writeCutting {
+		return false // a stream, or cut by the idle timer: the upstream request is cancelled
+	}
+	return p.readRest()
+}
+
+// readRest reads the rest of the body to its end, into the usage extractor alone, in the
+// read buffer (no more memory), and tells whether it ended whole. The idle timer still
+// cancels an upstream that goes silent, the announced length bounds it
+// (maxReadAfterClientLeft), and a shutdown cuts it as it cuts a Realtime session
+// (DrainSessions, readOn; unlisted by done): its server's Shutdown waits for the handler
+// meanwhile, as for any response under way, and the client's connection, gone, holds
+// nothing more.
+func (p *proxied) readRest() bool {
+	p.retire() // no more writes: the idle timer now only cancels the upstream request
+	p.gw.readOn(p)
+	if p.large == nil {
+		p.large = bufPool.Get().(*[]byte) // back to the pool in done
+	}
+	buf := *p.large
+	for {
+		n, err := p.resp.Body.Read(buf)
+		if n > 0 {
+			p.idle.Reset(p.gw.cfg.IdleTimeout)
+			_ = p.ext.Write(buf[:n])
 		}
 		if err != nil {
 			return err == io.EOF
