@@ -1690,15 +1690,12 @@ func (p *proxied) pump(w http.ResponseWriter) (ended bool) {
 		// A stream's chunk is flushed as it arrives. A body of announced length goes
 		// out as the server's write buffer fills, and whole at its end.
 		if !p.whole && moved || p.whole && err != nil {
-			if !p.writeBegins() {
-				return false
-			}
-			if p.rc.Flush() != nil {
-				return p.clientLeft()
+			if !p.writeBegins() || p.rc.Flush() != nil {
+				return p.clientLeft() // cut by the idle timer (writeBegins), or gone
 			}
 		}
 		if !p.writing.CompareAndSwap(writeBusy, writeIdle) && p.writing.Load() >= writeCutting {
-			return false // the idle timer cut the write, or would have
+			return p.clientLeft() // the idle timer cut the write, or would have: a stream is cut
 		}
 		// Only now, with buf written out, may the large buffer go back to the pool.
 		switch {
@@ -1762,7 +1759,8 @@ func (gw *Gateway) unlist(p *proxied) {
 	gw.sessionsMu.Unlock()
 }
 
-// clientLeft is pump's end when a write or flush to the client failed: the client left.
+// clientLeft is pump's end when a write or flush to the client failed, or the idle timer
+// cut it (a client that stopped reading): the client left.
 // A stream is cut (false): its upstream request is cancelled (done), settled with what
 // was seen. A non-streamed answer of announced length (readsToEnd) was produced whole,
 // and the provider bills it whole (OpenAI and Anthropic bill a request whose client went
@@ -1771,8 +1769,8 @@ func (gw *Gateway) unlist(p *proxied) {
 // incomplete (TestClientLeavingAWholeAnswerIsChargedItsReportedUsage).
 func (p *proxied) clientLeft() bool {
 	p.left = true
-	if !p.readsToEnd.Load() || p.writing.Load() >= writeCutting {
-		return false // a stream, or cut by the idle timer: the upstream request is cancelled
+	if !p.readsToEnd.Load() {
+		return false // a stream: its upstream request is cancelled (done, or the idle timer)
 	}
 	return p.readRest()
 }
@@ -1835,22 +1833,31 @@ func (p *proxied) writeBegins() bool {
 // dereferenced nil, a panic in the timer's goroutine that ended the process (before
 // 2026-12-02). So the deadline is set in writeCutting, which done (retire) waits out,
 // and never once done has marked the request writeCut.
+//
+// A write cut so leaves the upstream request of an answer read to its end once its
+// client left (readsToEnd) alone: the client stopped reading, not the upstream sending,
+// and the rest is read for its usage (clientLeft; before 2026-12-07 it was cancelled and
+// the answer settled at an estimate, TestClientThatStopsReadingAWholeAnswerIsChargedItsReportedUsage).
 func (p *proxied) idleExpired() {
-	p.cancel()
 	for {
 		switch p.writing.Load() {
 		case writeIdle:
 			if p.writing.CompareAndSwap(writeIdle, writeCut) {
+				p.cancel()
 				return
 			}
 		case writeBusy:
 			if p.writing.CompareAndSwap(writeBusy, writeCutting) {
+				if !p.readsToEnd.Load() {
+					p.cancel()
+				}
 				_ = p.rc.SetWriteDeadline(time.Unix(1, 0)) // long past: HTTP/2 resets the stream at once
 				p.writing.Store(writeCut)
 				return
 			}
 		default:
-			return // cut already, or the handler is done
+			p.cancel() // cut already, the handler done, or reading the rest after its client left
+			return
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +226,42 @@ func TestBodyAnnouncedOverTheCapIsRefusedAtOnce(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusRequestEntityTooLarge || res.Header.Get("X-Service-Error-Code") != "service_gateway_body_too_large" || calls != 0 {
 		t.Fatalf("answered %d %q, upstream calls %d; want 413 service_gateway_body_too_large and none", res.StatusCode, res.Header.Get("X-Service-Error-Code"), calls)
+	}
+}
+
+// A client that stops reading a non-streamed answer of announced length (its connection
+// kept open) is cut as any is, after the idle timeout; but the provider produced the
+// answer whole and bills it whole, so the gateway reads the rest, unsent, and settles
+// the usage the upstream reported at its end, complete, as for a client that left
+// (TestClientLeavingAWholeAnswerIsChargedItsReportedUsage). Before 2026-12-07 the
+// upstream request was cancelled with the write, and an estimate of the text relayed
+// was settled, incomplete.
+func TestClientThatStopsReadingAWholeAnswerIsChargedItsReportedUsage(t *testing.T) {
+	text := strings.Repeat("x", 48<<20)
+	body := `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"` + text +
+		`"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":9000000,"total_tokens":9000012}}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(up.Close)
+	e := newEnv(t, up.URL, gateway.Config{IdleTimeout: 300 * time.Millisecond})
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	const req = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tgk_good\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(req), req)
+	if _, err := c.Read(make([]byte, 512)); err != nil {
+		t.Fatal(err)
+	}
+	// ... and nothing more is read, the connection kept open.
+	if u := e.tracker.settled(t); !u.Complete || u.InputTokens != 12 || u.OutputTokens != 9000000 {
+		t.Fatalf("settled %+v: want the usage the upstream reported, complete", u)
 	}
 }
