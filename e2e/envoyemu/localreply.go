@@ -43,16 +43,15 @@ func loadLocalReply(lr *hcmv3.LocalReplyConfig) ([]replyMapper, error) {
 		}
 		rm := replyMapper{match: match, status: int(m.GetStatusCode().GetValue()), headers: m.GetHeadersToAdd()}
 		if f := m.GetBodyFormatOverride(); f != nil {
-			if extra := setFields(f, "text_format", "text_format_source", "content_type"); len(extra) > 0 {
+			// text_format_source alone: text_format is deprecated in Envoy's protos.
+			if extra := setFields(f, "text_format_source", "content_type"); len(extra) > 0 {
 				return nil, fmt.Errorf("local_reply_config mapper %d: body_format_override %v are not emulated", i, extra)
 			}
-			text := f.GetTextFormat()
-			if src := f.GetTextFormatSource(); src != nil {
-				if extra := setFields(src, "inline_string"); len(extra) > 0 {
-					return nil, fmt.Errorf("local_reply_config mapper %d: text_format_source %v are not emulated", i, extra)
-				}
-				text = src.GetInlineString()
+			src := f.GetTextFormatSource()
+			if extra := setFields(src, "inline_string"); src == nil || len(extra) > 0 {
+				return nil, fmt.Errorf("local_reply_config mapper %d: text_format_source without inline_string (%v) is not emulated", i, extra)
 			}
+			text := src.GetInlineString()
 			if strings.Contains(text, "%") {
 				return nil, fmt.Errorf("local_reply_config mapper %d: format operators (%%...%%) are not emulated", i)
 			}
