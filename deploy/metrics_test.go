@@ -666,13 +666,10 @@ func TestUnpricedModelsAlert(t *testing.T) {
 	}
 }
 
-// TestReadmeMetricTable: README.md lists every metric the dashboard and the alerts use,
-// each with the type its program registers (the README once called a histogram a gauge).
-func TestReadmeMetricTable(t *testing.T) {
-	cat, err := registry()
-	if err != nil {
-		t.Fatal(err)
-	}
+// readmeMetricSection is README.md's section on the metrics the dashboard and the
+// alerts use, up to the next section.
+func readmeMetricSection(t *testing.T) string {
+	t.Helper()
 	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -682,6 +679,17 @@ func TestReadmeMetricTable(t *testing.T) {
 		t.Fatal("README.md has no section on the metrics the dashboard and alerts use")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
+	return section
+}
+
+// TestReadmeMetricTable: README.md lists every metric the dashboard and the alerts use,
+// each with the type its program registers (the README once called a histogram a gauge).
+func TestReadmeMetricTable(t *testing.T) {
+	cat, err := registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := readmeMetricSection(t)
 	listed := map[string]bool{}
 	for _, row := range regexp.MustCompile("(?m)^\\| `([a-zA-Z_:]+)` \\| ([a-z]+)").FindAllStringSubmatch(section, -1) {
 		name, typ := row[1], row[2]
@@ -862,12 +870,7 @@ func TestReadmeMetricTableValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(b), "## Metrics the dashboard and alerts use")
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeMetricSection(t)
 	rows := regexp.MustCompile("(?m)^\\| `([a-zA-Z_:]+)` \\| (.*)$").FindAllStringSubmatch(section, -1)
 	if len(rows) == 0 {
 		t.Fatal("README.md's metric table has no rows")
