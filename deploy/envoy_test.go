@@ -591,6 +591,9 @@ func TestEnvoyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
 			body.Error.Message == "" || body.Error.Details.Reason != "enforcer_unavailable" {
 			t.Errorf("mapper body %s", text)
 		}
+		if text != string(gate.BodyEnforcerUnavailable) {
+			t.Errorf("mapper body\n%s\nis not the enforcer's (gate.BodyEnforcerUnavailable), which tollgate dev's proxy answers:\n%s", text, gate.BodyEnforcerUnavailable)
+		}
 	}
 	if !found {
 		t.Fatal("no local_reply_config mapper for ext_authz's failure (response.code_details == 'ext_authz_error'): an unreachable enforcer is answered 503 with no body")

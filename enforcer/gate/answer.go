@@ -201,6 +201,14 @@ var (
 		Details: map[string]string{"reason": "accounting_unavailable"}}})
 )
 
+// BodyEnforcerUnavailable is the 503 body of a proxy in front of the enforcer whose check
+// the enforcer did not answer (CodeEnforcerUnavailable): deploy/envoy/envoy.yaml's local
+// reply carries it as text (TestEnvoyAnswersAnUnreachableEnforcerInJSON holds the two
+// equal), and tollgate dev's demo proxy answers it.
+var BodyEnforcerUnavailable = mustJSON(errorBody{Error: errorObject{Type: "api_error", Code: CodeEnforcerUnavailable,
+	Message: "Usage limits cannot be checked right now (the enforcer did not answer); retry shortly.",
+	Details: map[string]string{"reason": "enforcer_unavailable"}}})
+
 // UnauthorizedBody is a 401's body saying message: the error object of every 401 of the
 // front doors (bodyUnauthorized), for a front door's own reason to refuse a key.
 func UnauthorizedBody(message string) []byte {

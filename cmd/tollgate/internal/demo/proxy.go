@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
@@ -59,7 +60,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	check.Header.Set("X-Forwarded-Uri", r.URL.RequestURI())
 	res, err := p.Client.Do(check)
 	if err != nil {
-		http.Error(w, `{"error":{"type":"api_error","code":"service_gateway_accounting_unavailable","message":"the enforcer is unreachable"}}`, http.StatusServiceUnavailable)
+		// As deploy/envoy's Envoy answers it: the enforcer's error object, which the SDKs
+		// show, and the code that tells a client the enforcer did not answer.
+		gate.WriteHTTP(w, http.StatusServiceUnavailable, []gate.Header{{Name: "Content-Type", Value: "application/json"},
+			{Name: "Cache-Control", Value: "no-store"}, {Name: "X-Service-Error-Code", Value: gate.CodeEnforcerUnavailable}},
+			gate.BodyEnforcerUnavailable)
 		return
 	}
 	defer res.Body.Close()

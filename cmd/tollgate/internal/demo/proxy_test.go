@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
@@ -209,5 +210,29 @@ func TestProxyTunnelsOnlyWebSockets(t *testing.T) {
 	}
 	if _, msg, err := c.Read(ctx); err != nil || string(msg) != "hello" {
 		t.Fatalf("echo %q, %v", msg, err)
+	}
+}
+
+// With the enforcer unreachable, the demo proxy answers as deploy/envoy's Envoy does:
+// 503, JSON, the enforcer's error object and X-Service-Error-Code, so that an SDK shows
+// why (it answered text/plain without the header before).
+func TestProxyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
+	enf := httptest.NewServer(http.NotFoundHandler())
+	enf.Close() // nothing listens there now
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the upstream was called") }))
+	defer up.Close()
+	px := Proxy{CheckURL: enf.URL + "/check", Client: http.DefaultClient}
+	px.Upstream, _ = url.Parse(up.URL)
+	srv := httptest.NewServer(&px)
+	defer srv.Close()
+	res, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Content-Type") != "application/json" ||
+		res.Header.Get("X-Service-Error-Code") != gate.CodeEnforcerUnavailable || string(body) != string(gate.BodyEnforcerUnavailable) {
+		t.Fatalf("%d %v\n%s", res.StatusCode, res.Header, body)
 	}
 }
