@@ -39,15 +39,7 @@ func TestClientThatStopsReadingIsCut(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	e := newEnv(t, up.URL, gateway.Config{IdleTimeout: 300 * time.Millisecond, MaxStreams: 1})
-	c, err := net.Dial("tcp", strings.TrimPrefix(e.front.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetReadBuffer(4096)
-	}
-	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tgk_good\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	c := postWithSmallReadBuffer(t, e, chatBody)
 	if _, err := c.Read(make([]byte, 512)); err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +239,21 @@ func TestClientThatStopsReadingAWholeAnswerIsChargedItsReportedUsage(t *testing.
 	}))
 	t.Cleanup(up.Close)
 	e := newEnv(t, up.URL, gateway.Config{IdleTimeout: 300 * time.Millisecond})
+	c := postWithSmallReadBuffer(t, e, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	if _, err := c.Read(make([]byte, 512)); err != nil {
+		t.Fatal(err)
+	}
+	// ... and nothing more is read, the connection kept open.
+	if u := e.tracker.settled(t); !u.Complete || u.InputTokens != 12 || u.OutputTokens != 9000000 {
+		t.Fatalf("settled %+v: want the usage the upstream reported, complete", u)
+	}
+}
+
+// postWithSmallReadBuffer sends a chat completion with body to the gateway over a raw
+// connection whose receive buffer is small (4 KiB), for a test to play a client that
+// stops reading: the gateway's writes then block soon.
+func postWithSmallReadBuffer(t *testing.T, e *env, body string) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(e.front.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +262,6 @@ func TestClientThatStopsReadingAWholeAnswerIsChargedItsReportedUsage(t *testing.
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4096)
 	}
-	const req = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
-	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tgk_good\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(req), req)
-	if _, err := c.Read(make([]byte, 512)); err != nil {
-		t.Fatal(err)
-	}
-	// ... and nothing more is read, the connection kept open.
-	if u := e.tracker.settled(t); !u.Complete || u.InputTokens != 12 || u.OutputTokens != 9000000 {
-		t.Fatalf("settled %+v: want the usage the upstream reported, complete", u)
-	}
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tgk_good\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	return c
 }

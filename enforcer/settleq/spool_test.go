@@ -36,14 +36,7 @@ func TestSpooledSettlementSurvivesTheProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unavailable := func() *scripted {
-		s := &scripted{}
-		for range 1000 {
-			s.errs = append(s.errs, status.Error(codes.Unavailable, "down"))
-		}
-		return s
-	}
-	down := unavailable()
+	down := controlPlaneDown(1000)
 	q := settleq.New(down, fastConfig(), m, quiet)
 	q.UseSpool(sp, nil)
 	res, _ := q.Reserve()
@@ -52,7 +45,7 @@ func TestSpooledSettlementSurvivesTheProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without a spool, for comparison: the same situation abandons.
-	q0 := settleq.New(unavailable(), fastConfig(), metrics.Discard(), quiet)
+	q0 := settleq.New(controlPlaneDown(1000), fastConfig(), metrics.Discard(), quiet)
 	var lost settleq.Result
 	_ = q0.Enqueue(&internalv1.SettleItem{RequestId: "req_lost"}, nil, func(r settleq.Result) { lost = r })
 
@@ -116,10 +109,7 @@ func TestSpooledSettlementSurvivesTheProcess(t *testing.T) {
 func TestDrainGivesUpManyWithoutLoggingEachOne(t *testing.T) {
 	logs := &logBuf{}
 	m := metrics.Discard()
-	down := &scripted{}
-	for range 100 {
-		down.errs = append(down.errs, status.Error(codes.Unavailable, "down"))
-	}
+	down := controlPlaneDown(100)
 	q := settleq.New(down, settleq.Config{Capacity: 10_000, MinBackoff: time.Hour}, m, slog.New(slog.NewTextHandler(logs, nil)))
 	for i := range 5000 {
 		if err := q.Enqueue(&internalv1.SettleItem{RequestId: fmt.Sprintf("req_%d", i)}, nil, nil); err != nil {
@@ -241,11 +231,7 @@ func TestStoppingRunsCallIsCutAtTheShutdownsDeadline(t *testing.T) {
 func TestOverflowIntoTheSpoolIsKept(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := metrics.Discard()
-	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, m, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	sp := tempSpool(t, m, quiet)
 	up := &scripted{}
 	cfg := fastConfig()
 	cfg.Capacity = 2
@@ -298,15 +284,8 @@ func TestOverflowIntoTheSpoolIsKept(t *testing.T) {
 // not which, so what a rollout took with its pods could not be reconciled.
 func TestSettlementsLeftInTheSpoolAtShutdownAreNamed(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, metrics.Discard(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	down := &scripted{}
-	for range 1000 {
-		down.errs = append(down.errs, status.Error(codes.Unavailable, "down"))
-	}
+	sp := tempSpool(t, metrics.Discard(), quiet)
+	down := controlPlaneDown(1000)
 	logs := &logBuf{}
 	q := settleq.New(down, fastConfig(), metrics.Discard(), slog.New(slog.NewTextHandler(logs, nil)))
 	q.UseSpool(sp, nil)
@@ -327,6 +306,27 @@ func TestSettlementsLeftInTheSpoolAtShutdownAreNamed(t *testing.T) {
 	if line == "" || !strings.Contains(line, `\"inputTokens\":12`) || !strings.Contains(line, "member_id=om_a") {
 		t.Fatalf("the settlement left in the spool is not named with its re-send body:\n%s", logs.String())
 	}
+}
+
+// controlPlaneDown answers its first n calls Unavailable, as a control plane that cannot
+// be reached does, and settles the rest.
+func controlPlaneDown(n int) *scripted {
+	s := &scripted{}
+	for range n {
+		s.errs = append(s.errs, status.Error(codes.Unavailable, "down"))
+	}
+	return s
+}
+
+// tempSpool is a spool in a directory of the test's own, closed when it ends.
+func tempSpool(t *testing.T, m *metrics.Metrics, log *slog.Logger) *spool.Spool {
+	t.Helper()
+	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	return sp
 }
 
 // poisoned answers Unavailable to every call that carries the poison item (a failure
@@ -363,11 +363,7 @@ func TestASpooledSettlementPastMaxAgeIsKeptAndSentAlone(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, m, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	sp := tempSpool(t, m, log)
 	cfg := fastConfig()
 	cfg.MaxAge = 30 * time.Millisecond
 	cfg.Linger = 20 * time.Millisecond // the two share their first batches
@@ -417,15 +413,8 @@ func TestASpooledSettlementPastMaxAgeIsKeptAndSentAlone(t *testing.T) {
 // settlements with its pods.
 func TestSettlementsLeftInTheSpoolAtShutdownAreCounted(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, metrics.Discard(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	down := &scripted{}
-	for range 1000 {
-		down.errs = append(down.errs, status.Error(codes.Unavailable, "down"))
-	}
+	sp := tempSpool(t, metrics.Discard(), quiet)
+	down := controlPlaneDown(1000)
 	m := metrics.New(prometheus.NewRegistry())
 	q := settleq.New(down, fastConfig(), m, quiet)
 	q.UseSpool(sp, nil)

@@ -158,11 +158,7 @@ func BenchmarkEnqueueSpooled(b *testing.B) {
 // itself, with ids as long as the real ones (window.BucketID's 64 hex digits).
 func TestDefaultSpoolHoldsTheDefaultCapacityWithStarts(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
-	sp, _, err := spool.Open(spool.Config{Dir: t.TempDir()}, metrics.Discard(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	sp := tempSpool(t, metrics.Discard(), quiet)
 	q := settleq.New(settling{}, settleq.Config{}, metrics.Discard(), quiet)
 	q.UseSpool(sp, nil)
 	const (
