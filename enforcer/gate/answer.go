@@ -215,6 +215,13 @@ func UnauthorizedBody(message string) []byte {
 	return mustJSON(errorBody{Error: errorObject{Type: "authentication_error", Code: "unauthorized", Message: message}})
 }
 
+// APIErrorBody is the body of a front door's own 5xx with code and message, in the shape
+// of every refusal (errorBody), for an answer that is not the gate's (/check's while its
+// enforcer shuts down).
+func APIErrorBody(code, message string) []byte {
+	return mustJSON(errorBody{Error: errorObject{Type: "api_error", Code: code, Message: message}})
+}
+
 // errorBody is a refusal's body: the error object the OpenAI and Anthropic APIs answer,
 // in Anthropic's envelope, {"type":"error","error":{...}} (an OpenAI client reads the
 // object alone). Before 2026-12-07 the envelope's type was missing: the official SDKs

@@ -93,7 +93,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // {"error":"shutting_down",...}, /settle's shape: a proxy hands it to the client, and
 // openai-go decodes error as an object, so a Go program met a *json.UnmarshalTypeError
 // with no status to read (TestCheckWhileShuttingDownIsAnSDKError).
-var bodyShuttingDown = []byte(`{"type":"error","error":{"type":"api_error","code":"shutting_down","message":"This enforcer is shutting down; retry."}}`)
+var bodyShuttingDown = gate.APIErrorBody("shutting_down", "This enforcer is shutting down; retry.")
 
 // leave ends a handler, waking Close after the last one.
 func (h *Handler) leave() {
