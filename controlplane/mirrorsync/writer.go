@@ -383,13 +383,21 @@ func (w *Writer) EntitlementChanged(ctx context.Context, orgID string, memberIDs
 		return err
 	})
 	if err != nil {
+		// The change is committed and its records cannot be rewritten: the older ones
+		// (the entitlement from before the change) are deleted, as when a refresh cannot
+		// read Postgres, so that the enforcers resolve the members instead of trusting
+		// them; the invalidations below still go out, so they also drop the blocks they
+		// decided on those records (an approved extension admits). Until 2026-12-07 the
+		// records stayed and nothing was published, until this process's next maintenance
+		// round or, when it ended first, the records' TTL.
 		w.metrics.StoreErrors.WithLabelValues("mirror_version").Inc()
-		w.log.Warn("mirror: cannot bump versions after an entitlement change; the records will be repaired", "org", orgID,
+		w.log.Warn("mirror: cannot bump versions after an entitlement change; the records are deleted and will be repaired", "org", orgID,
 			"members", len(memberIDs), "err", err)
+		w.forgetRecords(ctx, memberIDs)
 		w.remember(memberIDs)
-		return
+	} else {
+		w.Refresh(ctx, versions)
 	}
-	w.Refresh(ctx, versions)
 	invs := make([]mirror.Invalidation, len(memberIDs))
 	for i, m := range memberIDs {
 		invs[i] = mirror.Invalidation{Kind: mirror.KindRecord, ID: m}
