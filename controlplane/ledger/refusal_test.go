@@ -217,6 +217,36 @@ func TestQuarantineDropsAContainerKindThatIsNone(t *testing.T) {
 	}
 }
 
+// A settlement quarantined with an upstream host that is no host name (a NUL byte in
+// POST /settle's upstreamHost, which the enforcer passes on as it came) is quarantined
+// with the host settlement reads it as: none. Its payload kept the raw value, which
+// jsonb refuses (\u0000), so the batch was refused, the item alone and once more without
+// its model name, and it was answered INVALID: no quarantine record, nothing for a
+// reviewer to reconcile (rule 18), and every other item of its batch committed one by
+// one. A host that is one is kept, as settlement reads it.
+func TestQuarantineDropsAnUpstreamHostThatIsNone(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	id := at.ReqID()
+	r := settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-5", InputTokens: 10, UpstreamHost: "api.openai.com\x00",
+		Complete: true})
+	if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("%v", r)
+	}
+	var host *string
+	var input int64
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT payload->>'upstreamHost', (payload->>'inputTokens')::bigint
+		FROM usage_quarantined_settlements WHERE request_id = $1`, id).Scan(&host, &input); err != nil || host != nil || input != 10 {
+		t.Fatalf("quarantined upstream host %v, %d input tokens (%v)", host, input, err)
+	}
+	id = at.ReqID()
+	settle1(t, e, &internalv1.SettleItem{RequestId: id, Model: "gpt-5", InputTokens: 10, UpstreamHost: "API.Groq.com:443", Complete: true})
+	if err := e.Store.Pool.QueryRow(ctx, `SELECT payload->>'upstreamHost' FROM usage_quarantined_settlements WHERE request_id = $1`,
+		id).Scan(&host); err != nil || host == nil || *host != "api.groq.com" {
+		t.Fatalf("quarantined upstream host %v (%v)", host, err)
+	}
+}
+
 // A quarantined settlement keeps its guardrail units as the enforcer sent them (JSON and
 // Postgres take any integer, so nothing is dropped), for the operator who reviews it.
 func TestQuarantineKeepsGuardrailUnits(t *testing.T) {

@@ -1147,8 +1147,9 @@ func fromCatalog(p pricecatalog.Price) accounting.Price {
 }
 
 // quarantine records a settlement that may not be charged, with its payload (its model
-// names cleaned, a container kind that is none dropped: JSON and Postgres refuse what an
-// upstream may have put in it).
+// names cleaned, a container kind that is none dropped, the upstream host as settlement
+// reads it: JSON and Postgres refuse what an upstream, or a reporter's POST /settle, may
+// have put in them, a NUL byte among them, which jsonb refuses as \u0000).
 func (s *settlement) quarantine(sj *settleJob, reason string) {
 	it := sj.in
 	imageModel, imageChanged := accounting.CleanModel(it.GetImageModel())
@@ -1158,9 +1159,10 @@ func (s *settlement) quarantine(sj *settleJob, reason string) {
 	if kindChanged {
 		containerKind = "" // what settlement reads it as: no kind
 	}
-	if it.GetModel() != sj.model || imageChanged || advisorChanged || kindChanged {
+	hostChanged := it.GetUpstreamHost() != sj.host // sj.host: "" when it is no host name
+	if it.GetModel() != sj.model || imageChanged || advisorChanged || kindChanged || hostChanged {
 		it = proto.CloneOf(it)
-		it.Model, it.ImageModel, it.AdvisorModel, it.ContainerKind = sj.model, imageModel, advisorModel, containerKind
+		it.Model, it.ImageModel, it.AdvisorModel, it.ContainerKind, it.UpstreamHost = sj.model, imageModel, advisorModel, containerKind, sj.host
 	}
 	payload, err := protojson.Marshal(it)
 	if err != nil {
