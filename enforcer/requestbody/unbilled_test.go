@@ -240,6 +240,15 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/workflows/wf_1/execute", false, requestbody.DeferredAgents},
 		{"POST", "/v1/workflows/schedules/sch_1/trigger", false, requestbody.DeferredAgents},
 		{"POST", "/v1/observability/judges/j_1/live-judging", false, requestbody.DeferredEvals},
+		// Video generations and asynchronous calls of providers the gateway routes to that
+		// no pinned SDK reads: their answers are a job's id, the work billed as it runs.
+		{"POST", "/v1/videos/generations", false, requestbody.DeferredVideos},            // xAI's grok-imagine-video
+		{"POST", "/openai/v1/video/generations/jobs", false, requestbody.DeferredVideos}, // Azure OpenAI's Sora
+		{"POST", "/v1/video/generations", false, requestbody.DeferredVideos},             // OpenAI-compatible aggregators' video tasks
+		{"POST", "/async/chat/completions", false, requestbody.DeferredBatches},          // Perplexity's asynchronous calls
+		{"POST", "/v1/async/sonar", false, requestbody.DeferredBatches},
+		{"GET", "/v1/async/sonar/req_1", false, ""},
+		{"GET", "/v1/videos/vid_1", false, ""},
 		// Their neighbours start nothing billed.
 		{"POST", "/v1/libraries", false, ""},
 		{"POST", "/v1/workflows/executions/ex_1/cancel", false, ""},
