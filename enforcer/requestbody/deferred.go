@@ -13,9 +13,9 @@ import (
 
 // Endpoints whose cost is billed later, out of a front door's sight (Deferred).
 const (
-	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job, Vertex AI POST .../batchPredictionJobs, Mistral POST /v1/batch/jobs, Perplexity POST /async/chat/completions and /v1/async/sonar
+	DeferredBatches    = "batches"              // OpenAI POST /v1/batches, Anthropic POST /v1/messages/batches, Gemini :batchGenerateContent, Bedrock POST /async-invoke and /model-invocation-job, Vertex AI POST .../batchPredictionJobs, Mistral POST /v1/batch/jobs, Perplexity POST /async/chat/completions and /v1/async/sonar, Fireworks' batchInferenceJobs
 	DeferredAssistants = "assistants_runs"      // OpenAI POST /v1/threads/runs, /v1/threads/{id}/runs, .../submit_tool_outputs
-	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs, Vertex AI POST .../tuningJobs
+	DeferredFineTuning = "fine_tuning"          // OpenAI POST /v1/fine_tuning/jobs, Vertex AI POST .../tuningJobs, Together POST /v1/fine-tunes, Fireworks' fine-tuning jobs
 	DeferredRealtime   = "realtime_sessions"    // OpenAI POST /v1/realtime/sessions, /transcription_sessions, /client_secrets, /calls, /translations/client_secrets, /v1/live/sessions; Azure OpenAI POST /openai/realtimeapi/sessions, /transcription_sessions
 	DeferredVideos     = "videos"               // OpenAI POST /v1/videos, /v1/videos/{id}/remix, Veo's :predictLongRunning, xAI's /v1/videos/generations, Azure OpenAI's .../video/generations/jobs
 	DeferredBackground = "background_responses" // OpenAI POST /v1/responses with "background": true
@@ -115,12 +115,17 @@ func Deferred(method, path string, background bool) string {
 		strings.HasSuffix(path, "/batch/jobs"),
 		// Perplexity's asynchronous calls (sonar-deep-research's): the answer is the job,
 		// its usage and cost come with a later GET.
-		strings.HasSuffix(path, "/async/chat/completions"), strings.HasSuffix(path, "/async/sonar"):
+		strings.HasSuffix(path, "/async/chat/completions"), strings.HasSuffix(path, "/async/sonar"),
+		// Fireworks' batch inference jobs (its datasets in, its datasets out).
+		strings.HasSuffix(path, "/batchinferencejobs"):
 		return DeferredBatches
 	case strings.Contains(path, "/threads/") && (strings.HasSuffix(path, "/runs") || strings.HasSuffix(path, "/submit_tool_outputs")):
 		return DeferredAssistants
 	case strings.HasSuffix(path, "/fine_tuning/jobs"), strings.HasSuffix(path, "/tuningjobs"), // OpenAI's; Vertex AI's
-		strings.HasSuffix(path, "/tunedmodels"),                                            // the Gemini API's
+		strings.HasSuffix(path, "/tunedmodels"), // the Gemini API's
+		strings.HasSuffix(path, "/fine-tunes"),  // Together's
+		strings.HasSuffix(path, "/supervisedfinetuningjobs"), strings.HasSuffix(path, "/reinforcementfinetuningjobs"),
+		strings.HasSuffix(path, "/dpojobs"),                                                // Fireworks'
 		strings.Contains(path, "/fine_tuning/jobs/") && strings.HasSuffix(path, "/resume"): // a paused job goes on
 		return DeferredFineTuning
 	case strings.HasSuffix(path, "/realtime/sessions"), strings.HasSuffix(path, "/realtime/transcription_sessions"),

@@ -248,6 +248,15 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/async/chat/completions", false, requestbody.DeferredBatches},          // Perplexity's asynchronous calls
 		{"POST", "/v1/async/sonar", false, requestbody.DeferredBatches},
 		{"GET", "/v1/async/sonar/req_1", false, ""},
+		// Fine-tuning and batch jobs of the open-model hosts (Together's, Fireworks'), each
+		// billed as it trains or runs, not in its answer.
+		{"POST", "/v1/fine-tunes", false, requestbody.DeferredFineTuning},
+		{"POST", "/v1/accounts/acct-1/supervisedFineTuningJobs", false, requestbody.DeferredFineTuning},
+		{"POST", "/v1/accounts/acct-1/reinforcementFineTuningJobs", false, requestbody.DeferredFineTuning},
+		{"POST", "/v1/accounts/acct-1/dpoJobs", false, requestbody.DeferredFineTuning},
+		{"POST", "/v1/accounts/acct-1/batchInferenceJobs", false, requestbody.DeferredBatches},
+		{"POST", "/v1/fine-tunes/ft-1/cancel", false, ""},
+		{"GET", "/v1/accounts/acct-1/supervisedFineTuningJobs", false, ""},
 		{"GET", "/v1/videos/vid_1", false, ""},
 		// Their neighbours start nothing billed.
 		{"POST", "/v1/libraries", false, ""},
