@@ -80,7 +80,7 @@ func ReadForm(r io.Reader, boundary string) Form {
 
 // Request is what a front door notes of a request on path whose body is the form f, for
 // its settlement: the form's model, and for an image edit (IsImageEdit) the output its
-// images are billed (FormImageRequest; 0 when the model's tables are not known or a
+// images are billed (FormImageRequest; 0 for a model that is no GPT Image model or a
 // field does not read).
 func (f Form) Request(path string) estimate.Request {
 	req := estimate.Request{Model: f.Model}

@@ -183,9 +183,10 @@ func FormImageRequest(fields map[string]string) (ImageRequest, bool) {
 }
 
 // OutputTokens is the output req is billed by model: n images at their size and
-// quality, and their partial images. 0 when the tables do not know the model
-// (ImageTokensKnown), or the provider refuses the request (n outside 1 to 10, partial
-// images outside 0 to 3, a size gpt-image-2 does not take). A quality or size of "auto",
+// quality, and their partial images; each image of a GPT Image model the tables do not
+// know (ImageTokensKnown) at pricecatalog.DearestImageTokens. 0 for a model that is no
+// GPT Image model (DALL-E), or when the provider refuses the request (n outside 1 to 10,
+// partial images outside 0 to 3, a size gpt-image-2 does not take). A quality or size of "auto",
 // or none, counts as the dearest (high; portrait or landscape for gpt-image-1's table,
 // the dearest size for gpt-image-2).
 func (req ImageRequest) OutputTokens(model string) int64 {
@@ -211,6 +212,12 @@ func (req ImageRequest) OutputTokens(model string) int64 {
 		if tokens = gptImage2Image(req.Size, req.Quality); tokens == 0 {
 			return 0
 		}
+	case strings.HasPrefix(model, "gpt-image-"):
+		// A GPT Image model no table knows (the catalog's gpt-image-2.5 and 2.6 variants,
+		// a newer one): its size's count is not known, and each image is the dearest of
+		// any model's, as a call of the image generation tool with such a model is
+		// (ImageToolCall). Never its prompt alone.
+		tokens = pricecatalog.DearestImageTokens
 	default:
 		return 0
 	}

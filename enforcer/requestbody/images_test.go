@@ -31,8 +31,15 @@ func TestImageOutputTokens(t *testing.T) {
 		{"gpt-image-2, its square at medium quality", gen, `{"size":"1024x1024","quality":"medium","n":2}`, "gpt-image-2-2026-04-21", 2 * 1_756},
 		{"gpt-image-2, auto: its dearest", gen, `{"size":"auto"}`, "gpt-image-2", 23_719},
 		{"gpt-image-2, a size it refuses", gen, `{"size":"1000x1000","quality":"high"}`, "gpt-image-2", 0},
-		{"a model no table knows", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-3", 0},
-		{"a model whose name only begins so", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1.5-turbo", 0},
+		// A GPT Image model no table knows (the catalog's gpt-image-2.5 and 2.6 variants,
+		// priced as gpt-image-2; a newer one): each image is its dearest of any model, as
+		// an image tool's call of such a model is (ImageToolCall). Before, 0: a lost
+		// answer was charged its prompt alone, and its worst case was the policy's.
+		{"a model no table knows", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-3", pricecatalog.DearestImageTokens},
+		{"a gpt-image-2 variant", gen, `{"size":"1024x1024","quality":"high","n":2,"partial_images":1}`, "gpt-image-2.6-flare",
+			2 * (pricecatalog.DearestImageTokens + requestbody.PartialImageTokens)},
+		{"a model whose name only begins so", gen, `{"size":"1024x1024","quality":"high"}`, "gpt-image-1.5-turbo", pricecatalog.DearestImageTokens},
+		{"a model no table knows, n beyond 10", gen, `{"n":11}`, "gpt-image-3", 0},
 		{"DALL-E", gen, `{"size":"1024x1024","quality":"hd"}`, "dall-e-3", 0},
 		// An edit sent as JSON (OpenAI's images/edits takes application/json: its images
 		// as URLs or file ids) generates its images as a generation does. Before, 0.
@@ -82,6 +89,11 @@ func TestFormImageRequest(t *testing.T) {
 		if ok != c.ok || ok && req.OutputTokens("gpt-image-1") != c.want {
 			t.Errorf("%s: %+v %v, want ok %v and %d tokens", c.name, req, ok, c.ok, c.want)
 		}
+	}
+	// An edit's form of a GPT Image model no table knows: its images at the dearest.
+	if req, _ := requestbody.FormImageRequest(map[string]string{"n": "3", "size": "1024x1024"}); req.OutputTokens("gpt-image-2.5-sunburst") != 3*pricecatalog.DearestImageTokens ||
+		req.OutputTokens("dall-e-2") != 0 {
+		t.Errorf("an edit of gpt-image-2.5-sunburst: %d tokens, of dall-e-2: %d", req.OutputTokens("gpt-image-2.5-sunburst"), req.OutputTokens("dall-e-2"))
 	}
 	if !requestbody.IsImageEdit("/v1/images/edits") || !requestbody.IsImageEdit("/openai/v1/images/edit%73") || requestbody.IsImageEdit("/v1/images/generations") {
 		t.Error("IsImageEdit")
