@@ -1052,6 +1052,16 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if est != nil && !p.unbilled && !p.guardrailCheck && !p.record(w, *est) {
 		return false
 	}
+	if est == nil && !p.upload && !p.unbilled && p.id != "" {
+		// A form read whole (it came compressed, so it was decoded here and not streamed
+		// past the form reader): its model and an image edit's images are noted from its
+		// bytes, as ext_proc notes a form Envoy buffered (requestbody.Form.Request).
+		if boundary := requestbody.FormBoundary(r.Header.Get("Content-Type")); boundary != "" {
+			if req := requestbody.ReadForm(bytes.NewReader(body), boundary).Request(r.URL.Path); req.Model != "" || req.ImageOutputTokens > 0 {
+				gw.tracker.RecordRequest(p.id, req)
+			}
+		}
+	}
 	if p.guardrailCheck && p.id != "" {
 		// Settled at shutdown before its answer came (SettleAll), it is charged its body.
 		gw.tracker.RecordGuardrailCheck(p.id, p.bodyBytes)

@@ -2322,3 +2322,39 @@ func (k *bodyKeeper) take() []string {
 	k.bodies = nil
 	return b
 }
+
+// A compressed form (an upload sent with Content-Encoding: gzip) is decoded and read
+// whole, not streamed past the form reader: its model, and an image edit's images, are
+// read from the decoded bytes and noted for the settlement, as ext_proc notes the form
+// Envoy buffered. Before, a gzipped transcription's answer, which names no model, was
+// priced at the fallback price through the gateway and at its own through Envoy, and a
+// gzipped image edit whose answer was lost was charged no image.
+func TestCompressedFormIsRead(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"text":"hello","usage":{"type":"tokens","input_tokens":14,"output_tokens":45,"total_tokens":59}}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("file", "toll.wav")
+	fw.Write(bytes.Repeat([]byte("RIFF\x00wave"), 1_000))
+	mw.WriteField("model", "gpt-4o-transcribe")
+	mw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(form.Bytes())
+	zw.Close()
+	res := send(t, "POST", e.front.URL+"/v1/audio/transcriptions", "tgk_good", &gz, "Content-Type", mw.FormDataContentType(), "Content-Encoding", "gzip")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	u := e.tracker.settled(t)
+	e.tracker.mu.Lock()
+	recorded := e.tracker.recorded
+	e.tracker.mu.Unlock()
+	if res.StatusCode != 200 || u.InputTokens != 14 || (u.Model != "gpt-4o-transcribe" && !slices.Contains(recorded, "gpt-4o-transcribe")) {
+		t.Fatalf("%d, settled %+v, recorded %q: the form's model was not read", res.StatusCode, u, recorded)
+	}
+}
