@@ -119,7 +119,7 @@ func requestEvent(msg []byte) (kind string, warmup bool) {
 		// unchecked.
 		Generate json.RawMessage `json:"generate"`
 	}
-	if json.Unmarshal(msg, &ev) != nil || ev.Type != "response.create" && ev.Type != "response.steer" {
+	if requestbody.UnmarshalExact(msg, &ev, "type", "generate") != nil || ev.Type != "response.create" && ev.Type != "response.steer" {
 		return "", false
 	}
 	return ev.Type, ev.Type == "response.create" && string(ev.Generate) == "false"

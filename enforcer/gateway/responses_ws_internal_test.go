@@ -19,6 +19,10 @@ func TestRequestEventWarmup(t *testing.T) {
 		`{"type":"response.create","generate":"false"}`:            "response.create false", // a string: still a create, checked
 		`{"type":"response.create","metadata":{"generate":false}}`: "response.create false",
 		`{"type":"response.create", "generate" : false }`:          "response.create true",
+		// Keys read as the provider reads them, exactly: a key that differs in case is
+		// another member (encoding/json took it for the same one, the last winning).
+		`{"type":"response.create","Type":"session.update"}`: "response.create false",
+		`{"type":"response.create","Generate":false}`:        "response.create false",
 	} {
 		kind, warmup := requestEvent([]byte(msg))
 		if got := fmt.Sprint(kind, " ", warmup); got != want {

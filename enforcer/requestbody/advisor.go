@@ -29,7 +29,7 @@ func AdvisorTool(body []byte) Advisor {
 			MaxTokens json.RawMessage `json:"max_tokens"`
 		} `json:"tools"`
 	}
-	if json.Unmarshal(body, &req) != nil {
+	if UnmarshalExact(body, &req, "tools") != nil {
 		return Advisor{}
 	}
 	var a Advisor

@@ -60,7 +60,7 @@ func ContainerTool(body []byte) Container {
 			Environment *environment    `json:"environment"`
 		} `json:"tools"`
 	}
-	if json.Unmarshal(body, &req) != nil {
+	if UnmarshalExact(body, &req, "tools") != nil {
 		return Container{}
 	}
 	var c Container

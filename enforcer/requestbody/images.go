@@ -123,7 +123,7 @@ func ImageOutputTokens(path string, body []byte, model string) int64 {
 		Quality       string      `json:"quality"`
 		PartialImages json.Number `json:"partial_images"`
 	}
-	if json.Unmarshal(body, &fields) != nil {
+	if UnmarshalExact(body, &fields, "n", "size", "quality", "partial_images") != nil {
 		most := int64(MaxImages)
 		return ImageRequest{N: &most, PartialImages: MaxPartialImages}.OutputTokens(model)
 	}
@@ -247,7 +247,7 @@ func ImageToolCall(body []byte) estimate.ImageCall {
 		} `json:"tools"`
 	}
 	call := estimate.ImageCall{Model: pricecatalog.DefaultImageToolModel}
-	if json.Unmarshal(body, &req) != nil {
+	if UnmarshalExact(body, &req, "stream", "tools") != nil {
 		return call
 	}
 	for _, t := range req.Tools {

@@ -2,7 +2,10 @@ package requestbody
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
+
+	"github.com/tollgate-dev/tollgate/enforcer/internal/jsonscan"
 )
 
 // BOM is the UTF-8 byte order mark, which some clients write before a JSON body.
@@ -132,4 +135,110 @@ func wideEncoding(b []byte) (size int, big bool, skip int) {
 func MalformedRefusal() Refusal {
 	return Refusal{http.StatusBadRequest, "service_gateway_request_body_malformed",
 		"The request body opens as a JSON object but is not one well-formed JSON object (RFC 8259: UTF-8, no NaN, no Infinity, nothing after the object)."}
+}
+
+// UnmarshalExact decodes the members keys of a JSON object body into v (a struct whose
+// fields are those members) as the upstreams read them: a key names a member only when it
+// is the member's name exactly. encoding/json also takes a key that differs in case, or
+// by a Unicode fold ("N" for "n", "Max_Uses" for "max_uses", "ſize" for "size"), for
+// the field, the last of the two winning, where Python's json and pydantic, JavaScript,
+// serde and nlohmann read only the exact key and a provider runs that one (or refuses
+// the other): a front door that read the folded key would reserve and charge by a count
+// the provider never used. So the top level's members keys are taken by their exact
+// names (the last of a key given twice, as everywhere), the rest of the body skipped
+// unread, and within them every member whose key is not lower-case ASCII (the readers'
+// fields are all named so) is dropped, at every level, before they are decoded. A body
+// that is not one well-formed JSON object reads as json.Unmarshal reads it (an error,
+// or null's nothing).
+func UnmarshalExact(body []byte, v any, keys ...string) error {
+	if !jsonscan.WellFormed(body) || body[jsonscan.SkipSpace(body, 0)] != '{' {
+		return json.Unmarshal(body, v)
+	}
+	values := make([][]byte, len(keys))
+	eachTopLevel(body, func(key, value []byte) {
+		for n, k := range keys {
+			if jsonscan.KeyIs(key, k) {
+				values[n] = value[:jsonscan.SkipValue(value, 0)]
+			}
+		}
+	})
+	sub := []byte{'{'}
+	for n, k := range keys {
+		if values[n] == nil {
+			continue
+		}
+		if len(sub) > 1 {
+			sub = append(sub, ',')
+		}
+		sub = append(append(append(append(sub, '"'), k...), '"', ':'), values[n]...)
+	}
+	sub = append(sub, '}')
+	if !hasFoldedKeyIn(sub) {
+		return json.Unmarshal(sub, v)
+	}
+	d := json.NewDecoder(bytes.NewReader(sub))
+	d.UseNumber()
+	var tree any
+	if err := d.Decode(&tree); err != nil {
+		return err
+	}
+	b, err := json.Marshal(dropFoldedKeys(tree))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// exactKey tells whether a member's key can name a request field exactly: lower-case
+// ASCII letters, digits and '_' alone.
+func exactKey[T string | []byte](k T) bool {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// hasFoldedKeyIn tells whether a well-formed JSON body has a member whose key is not
+// exactKey, by a walk that allocates nothing but an escaped key's decoding: in
+// well-formed JSON a string followed by a colon is a key.
+func hasFoldedKeyIn(b []byte) bool {
+	for i := 0; i < len(b); {
+		if b[i] != '"' {
+			i++
+			continue
+		}
+		end := jsonscan.SkipString(b, i)
+		if j := jsonscan.SkipSpace(b, end); j < len(b) && b[j] == ':' {
+			key := b[i+1 : end-1]
+			if bytes.IndexByte(key, '\\') >= 0 {
+				key = []byte(jsonscan.DecodeString(b[i:end]))
+			}
+			if !exactKey(key) {
+				return true
+			}
+		}
+		i = end
+	}
+	return false
+}
+
+// dropFoldedKeys is v without the members whose keys are not exactKey, at every level.
+func dropFoldedKeys(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			if !exactKey(k) {
+				delete(t, k)
+				continue
+			}
+			t[k] = dropFoldedKeys(e)
+		}
+	case []any:
+		for i, e := range t {
+			t[i] = dropFoldedKeys(e)
+		}
+	}
+	return v
 }
