@@ -40,6 +40,13 @@ func StartServer(t testing.TB) *Server {
 	return startOnFreePort(t, serverBinary(t), func(*Server) []string { return nil })
 }
 
+// StartServerWith is StartServer with more redis-server arguments (a unix socket, a
+// password), given the server's working directory (its Dir).
+func StartServerWith(t testing.TB, args func(dir string) []string) *Server {
+	t.Helper()
+	return startOnFreePort(t, serverBinary(t), func(s *Server) []string { return args(s.dir) })
+}
+
 // serverBinary finds redis-server, or skips (fails under CI=true).
 func serverBinary(t testing.TB) string {
 	t.Helper()

@@ -26,8 +26,9 @@ const DefaultURL = "redis://127.0.0.1:6379/0"
 
 // Config selects and reaches the mirror's Redis.
 type Config struct {
-	// URL is TOLLGATE_REDIS_URL. In sentinel and cluster mode only its credentials, TLS
-	// (rediss://) and, for sentinel, database are used.
+	// URL is TOLLGATE_REDIS_URL: redis://, rediss:// (TLS) or, single mode only,
+	// unix:///path/to/socket (go-redis ParseURL; a database as ?db=). In sentinel and
+	// cluster mode only its credentials, TLS and, for sentinel, database are used.
 	URL string
 	// Mode is single, sentinel or cluster (TOLLGATE_REDIS_MODE).
 	Mode string
@@ -53,7 +54,7 @@ type Config struct {
 // Register adds the Redis flags, with their environment defaults, to fs. Call Finish
 // after parsing.
 func (c *Config) Register(fs *flag.FlagSet, env *envflag.Env) {
-	fs.StringVar(&c.URL, "redis-url", env.String("TOLLGATE_REDIS_URL", DefaultURL), "Redis URL of the mirror; in sentinel/cluster mode only its credentials, TLS and database are used (TOLLGATE_REDIS_URL)")
+	fs.StringVar(&c.URL, "redis-url", env.String("TOLLGATE_REDIS_URL", DefaultURL), "Redis URL of the mirror: redis://, rediss:// (TLS) or, single mode only, unix:///path/to/socket; in sentinel/cluster mode only its credentials, TLS and database are used (TOLLGATE_REDIS_URL)")
 	envflag.HideDefaults(fs, "redis-url")
 	fs.StringVar(&c.Mode, "redis-mode", env.String("TOLLGATE_REDIS_MODE", "single"), "Redis topology: single, sentinel or cluster (TOLLGATE_REDIS_MODE)")
 	fs.StringVar(&c.addrs, "redis-addrs", env.String("TOLLGATE_REDIS_ADDRS", ""), "comma-separated host:port of the sentinels or cluster seeds (TOLLGATE_REDIS_ADDRS)")
@@ -77,8 +78,14 @@ func (c *Config) Finish() {
 // Validate lists every problem of the config.
 func (c Config) Validate() []string {
 	var p []string
-	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		p = append(p, "TOLLGATE_REDIS_URL: must be a redis:// or rediss:// URL")
+	switch u, err := url.Parse(c.URL); {
+	case err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix"):
+		p = append(p, "TOLLGATE_REDIS_URL: must be a redis://, rediss:// or (single mode) unix:// URL")
+	case u.Scheme == "unix" && c.Mode != "single":
+		// The sentinels and the cluster's nodes are dialled at their host:port; a
+		// socket path there would be read for credentials alone, which is not what
+		// whoever wrote it meant.
+		p = append(p, "TOLLGATE_REDIS_URL: a unix:// socket only in single mode (sentinel and cluster mode dial TOLLGATE_REDIS_ADDRS; give credentials as redis://user:password@x)")
 	}
 	switch c.Mode {
 	case "single":
