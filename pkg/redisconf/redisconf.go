@@ -105,6 +105,14 @@ func (c Config) Validate() []string {
 		if len(c.Addrs) == 0 {
 			p = append(p, "TOLLGATE_REDIS_ADDRS: cluster mode needs at least one seed address")
 		}
+		// Redis Cluster has database 0 alone, and the cluster client takes no database:
+		// one in the URL was dropped without a word, so two deployments told apart by
+		// their databases (docs/redis.md, "Databases and prefixes") shared one mirror,
+		// each taking the other's generation for its own. (A URL go-redis cannot read is
+		// NewClient's error.)
+		if opts, err := redis.ParseURL(c.URL); err == nil && opts.DB != 0 {
+			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_URL: database %d in cluster mode, which has only database 0 (tell deployments apart by TOLLGATE_REDIS_PREFIX)", opts.DB))
+		}
 	default:
 		p = append(p, "TOLLGATE_REDIS_MODE: must be single, sentinel or cluster")
 	}

@@ -45,6 +45,13 @@ func TestModes(t *testing.T) {
 		// that a forgotten TOLLGATE_REDIS_MODE is not a silent single server at the URL.
 		{"addresses in single mode", map[string]string{"TOLLGATE_REDIS_ADDRS": "a:26379"},
 			[]string{"TOLLGATE_REDIS_ADDRS: only in sentinel or cluster mode"}, ""},
+		// Redis Cluster has database 0 alone: a database in the URL would be dropped, and two
+		// deployments told apart by their databases would share one mirror.
+		{"a database in cluster mode", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000", "TOLLGATE_REDIS_URL": "redis://x/3"},
+			[]string{"TOLLGATE_REDIS_URL: database 3 in cluster mode"}, ""},
+		{"a database as ?db= in cluster mode", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000", "TOLLGATE_REDIS_URL": "redis://x?db=2"},
+			[]string{"TOLLGATE_REDIS_URL: database 2 in cluster mode"}, ""},
+		{"database 0 in cluster mode", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000", "TOLLGATE_REDIS_URL": "redis://x/0"}, nil, "*redis.ClusterClient"},
 		{"sentinel master outside sentinel mode", map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:7000", "TOLLGATE_REDIS_SENTINEL_MASTER": "m"},
 			[]string{"TOLLGATE_REDIS_SENTINEL_MASTER: only in sentinel mode"}, ""},
 		{"bad everything", map[string]string{"TOLLGATE_REDIS_URL": "http://x", "TOLLGATE_REDIS_MODE": "ring", "TOLLGATE_REDIS_ADDRS": "nope"},
