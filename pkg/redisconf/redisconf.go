@@ -201,15 +201,29 @@ func (c Config) NewClient(t Timeouts) (redis.UniversalClient, error) {
 		// password with an unencoded '/'), which can be part of the password.
 		return nil, fmt.Errorf("TOLLGATE_REDIS_URL: %s", redact.Reason(c.URL, err))
 	}
+	// The URL's query sets the pool, the retries and the protocol (go-redis ParseURL) in
+	// every mode: until 2026-12-07 sentinel and cluster mode took ?pool_size= alone and
+	// dropped the rest without a word (a ?conn_max_idle_time= under a proxy's idle
+	// timeout, ?protocol=2 for a proxy without RESP3). The timeouts are the programs' own.
 	switch c.Mode {
 	case "sentinel":
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.SentinelMaster, SentinelAddrs: c.Addrs,
 			SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword,
-			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize,
+			Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig,
+			Protocol: opts.Protocol, ClientName: opts.ClientName,
+			MaxRetries: opts.MaxRetries, MinRetryBackoff: opts.MinRetryBackoff, MaxRetryBackoff: opts.MaxRetryBackoff,
+			PoolFIFO: opts.PoolFIFO, PoolSize: opts.PoolSize, PoolTimeout: opts.PoolTimeout, MaxConcurrentDials: opts.MaxConcurrentDials,
+			MinIdleConns: opts.MinIdleConns, MaxIdleConns: opts.MaxIdleConns, MaxActiveConns: opts.MaxActiveConns,
+			ConnMaxIdleTime: opts.ConnMaxIdleTime, ConnMaxLifetime: opts.ConnMaxLifetime, ConnMaxLifetimeJitter: opts.ConnMaxLifetimeJitter,
 			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write, ContextTimeoutEnabled: t.ContextDeadlines}), nil
 	case "cluster":
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: opts.Username, Password: opts.Password,
-			TLSConfig: opts.TLSConfig, PoolSize: opts.PoolSize, DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write,
+			TLSConfig: opts.TLSConfig, Protocol: opts.Protocol, ClientName: opts.ClientName,
+			MaxRetries: opts.MaxRetries, MinRetryBackoff: opts.MinRetryBackoff, MaxRetryBackoff: opts.MaxRetryBackoff,
+			PoolFIFO: opts.PoolFIFO, PoolSize: opts.PoolSize, PoolTimeout: opts.PoolTimeout, MaxConcurrentDials: opts.MaxConcurrentDials,
+			MinIdleConns: opts.MinIdleConns, MaxIdleConns: opts.MaxIdleConns, MaxActiveConns: opts.MaxActiveConns,
+			ConnMaxIdleTime: opts.ConnMaxIdleTime, ConnMaxLifetime: opts.ConnMaxLifetime, ConnMaxLifetimeJitter: opts.ConnMaxLifetimeJitter,
+			DialTimeout: t.Dial, ReadTimeout: t.Read, WriteTimeout: t.Write,
 			ContextTimeoutEnabled: t.ContextDeadlines, ClusterStateReloadInterval: ClusterStateReload})
 		cc.AddHook(reloadOnNetworkError{cc})
 		return cc, nil

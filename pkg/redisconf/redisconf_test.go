@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -90,5 +91,53 @@ func TestModes(t *testing.T) {
 	}
 	if c := parse(t, nil, "-redis-mode", "cluster", "-redis-addrs", "x:1,y:2"); len(c.Addrs) != 2 {
 		t.Fatalf("flag addrs %v", c.Addrs)
+	}
+}
+
+// TestURLOptionsInEveryMode: the pool, retry and protocol options go-redis reads from a
+// URL's query (?max_retries=, ?min_idle_conns=, ?conn_max_idle_time= under a proxy's
+// idle timeout, ?protocol=2 for a server or proxy without RESP3, ...) are the client's in
+// sentinel and cluster mode as in single mode; the timeouts are the programs' own in
+// every mode.
+func TestURLOptionsInEveryMode(t *testing.T) {
+	const q = "?max_retries=7&min_idle_conns=2&max_idle_conns=4&max_active_conns=40&conn_max_idle_time=45s&conn_max_lifetime=10m" +
+		"&pool_timeout=3s&pool_size=5&pool_fifo=true&protocol=2&client_name=tollgate&min_retry_backoff=5ms&max_retry_backoff=100ms&read_timeout=9s"
+	for _, c := range []Config{
+		{URL: "redis://h:6379/0" + q, Mode: "single", Prefix: "tg:"},
+		{URL: "redis://x/0" + q, Mode: "sentinel", Addrs: []string{"a:26379"}, SentinelMaster: "m", Prefix: "tg:"},
+		{URL: "redis://x" + q, Mode: "cluster", Addrs: []string{"a:7000"}, Prefix: "tg:"},
+	} {
+		t.Run(c.Mode, func(t *testing.T) {
+			if p := c.Validate(); len(p) != 0 {
+				t.Fatal(p)
+			}
+			rdb, err := c.NewClient(Timeouts{Dial: time.Second, Read: 250 * time.Millisecond, Write: 250 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			type got struct {
+				MaxRetries, MinIdleConns, MaxIdleConns, MaxActiveConns, PoolSize, Protocol  int
+				ConnMaxIdleTime, ConnMaxLifetime, PoolTimeout, MinBackoff, MaxBackoff, Read time.Duration
+				PoolFIFO                                                                    bool
+				ClientName                                                                  string
+			}
+			var g got
+			switch cl := rdb.(type) {
+			case *redis.Client:
+				o := cl.Options()
+				g = got{o.MaxRetries, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns, o.PoolSize, o.Protocol, o.ConnMaxIdleTime, o.ConnMaxLifetime,
+					o.PoolTimeout, o.MinRetryBackoff, o.MaxRetryBackoff, o.ReadTimeout, o.PoolFIFO, o.ClientName}
+			case *redis.ClusterClient:
+				o := cl.Options()
+				g = got{o.MaxRetries, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns, o.PoolSize, o.Protocol, o.ConnMaxIdleTime, o.ConnMaxLifetime,
+					o.PoolTimeout, o.MinRetryBackoff, o.MaxRetryBackoff, o.ReadTimeout, o.PoolFIFO, o.ClientName}
+			}
+			want := got{7, 2, 4, 40, 5, 2, 45 * time.Second, 10 * time.Minute, 3 * time.Second, 5 * time.Millisecond, 100 * time.Millisecond,
+				250 * time.Millisecond, true, "tollgate"}
+			if g != want {
+				t.Fatalf("client options\n got %+v\nwant %+v", g, want)
+			}
+		})
 	}
 }
