@@ -651,6 +651,12 @@ func TestLookup(t *testing.T) {
 		{"Anthropic prefix", "anthropic/claude-haiku-4-5", "claude-haiku-4-5"},
 		{"Vertex AI @ snapshot", "claude-3-5-sonnet@20240620", "claude-3-5-sonnet"},
 		{"Vertex AI v2 @ snapshot: family", "claude-3-5-sonnet-v2@20241022", "claude-3-5-sonnet"},
+		// Vertex AI's partner models name a version after @ (@001): the snapshot's own
+		// entry, never the family's (mistral-large is Mistral Large 3, a quarter of 2411's
+		// price).
+		{"Vertex AI @001 version: the snapshot's own price", "mistral-large-2411@001", "mistral-large-2411"},
+		{"Vertex AI publisher/model @001", "mistralai/mistral-large-2411@001", "mistral-large-2411"},
+		{"Vertex AI @001 of a family", "mistral-small-2503@001", "mistral-small"},
 		{"Gemini models/ and -002", "models/gemini-1.5-pro-002", "gemini-1.5-pro"},
 		{"Gemini google/ prefix", "google/gemini-2.5-flash", "gemini-2.5-flash"},
 		{"Gemini -001", "gemini-2.0-flash-001", "gemini-2.0-flash"},

@@ -51,9 +51,11 @@ func lowerASCII(s string) string {
 }
 
 // snapshotSuffix is a dated snapshot or version suffix: OpenAI's -2024-07-18,
-// Anthropic's -20241022, Vertex AI's @20240620, -latest, Gemini's -001 / -002, and
-// Amazon Bedrock's -v1:0 / -v2:0 (and -1:0, gpt-oss's there).
-var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|@[0-9]{8}|-latest|-[0-9]{3}|-v?[0-9]+:[0-9]+)$`)
+// Anthropic's -20241022, Vertex AI's @20240620 and its partner models' @001
+// (mistral-large-2411@001), -latest, Gemini's -001 / -002, and Amazon Bedrock's -v1:0 /
+// -v2:0 (and -1:0, gpt-oss's there). Not Vertex AI's @2407 (mistral-large@2407): that
+// names the snapshot, and without it the name is the family's, priced apart.
+var snapshotSuffix = regexp.MustCompile(`(-[0-9]{4}-[0-9]{2}-[0-9]{2}|-[0-9]{8}|@[0-9]{8}|@[0-9]{3}|-latest|-[0-9]{3}|-v?[0-9]+:[0-9]+)$`)
 
 // bedrockPrefix is how an Amazon Bedrock model id names its provider
 // (anthropic.claude-sonnet-4-5-20250929-v1:0), and a cross-region inference profile its
