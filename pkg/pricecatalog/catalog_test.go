@@ -704,6 +704,9 @@ func TestLookup(t *testing.T) {
 		{"gpt-oss's Bedrock id, whose version has no v: Bedrock's price", "openai.gpt-oss-120b-1:0", "openai.gpt-oss-120b"},
 		{"gpt-oss through a Bedrock profile", "us.openai.gpt-oss-20b-1:0", "openai.gpt-oss-20b"},
 		{"gpt-oss elsewhere: the dearest host's", "openai/gpt-oss-20b", "gpt-oss-20b"},
+		// Vertex AI's open models as a service (MaaS): an id with -maas bills Vertex's
+		// price, never a cheaper host's by family (Groq's 0.20 / 0.60 for Maverick).
+		{"Vertex AI's Llama 4 Maverick: Vertex's price", "meta/llama-4-maverick-17b-128e-instruct-maas", "llama-4-maverick-17b-128e-instruct-maas"},
 		{"Mixtral's version suffix, on Bedrock", "mistral.mixtral-8x7b-instruct-v0:1", "mistral.mixtral-8x7b-instruct"},
 		{"Qwen3 32B on Bedrock", "qwen.qwen3-32b-v1:0", "qwen.qwen3-32b"},
 		{"Qwen3 32B on Groq", "qwen/qwen3-32b", "qwen3-32b"},
@@ -1307,5 +1310,14 @@ func TestFineTunedPrices(t *testing.T) {
 			e.OutputPerMillion < b.OutputPerMillion || e.MaxOutputTokens != b.MaxOutputTokens {
 			t.Errorf("%s (%+v, max %d) is below its base %s (%+v, max %d, found %v)", e.Model, e.Price, e.MaxOutputTokens, b.Model, b.Price, b.MaxOutputTokens, ok)
 		}
+	}
+}
+
+// Vertex AI's open models as a service bill Vertex's own price, which a cheaper host's
+// family entry must not undercut.
+func TestVertexMaaSPrices(t *testing.T) {
+	e, ok := Lookup("meta/llama-4-maverick-17b-128e-instruct-maas")
+	if !ok || e.InputPerMillion != 350_000 || e.OutputPerMillion != 1_150_000 || e.CachedInputPerMillion != 350_000 {
+		t.Fatalf("Lookup(Vertex AI's Llama 4 Maverick) = %+v, %v; want 0.35 / 1.15 USD per million, no cache discount", e, ok)
 	}
 }
