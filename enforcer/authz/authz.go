@@ -68,12 +68,14 @@ const (
 	hdrAcceptEncoding
 	hdrBedrockServiceTier
 	hdrBedrockLatency
+	hdrVertexRequestType
 	numCheckHeaders
 )
 
 // checkHeaderNames are the request headers Check reads, as Envoy sends their names
-// (lower-cased): the credentials, Accept-Encoding (narrowed on admission) and Bedrock's
-// tier headers (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency). The
+// (lower-cased): the credentials, Accept-Encoding (narrowed on admission), Bedrock's
+// tier headers (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency) and Vertex
+// AI's (requestbody.HeaderVertexSharedRequestType). The
 // server's codec decodes these headers and no other, so Check reads headers only by
 // their index here (requestHeaders): a header it starts to read is added here, and the
 // codec keeps it.
@@ -85,6 +87,7 @@ var checkHeaderNames = [numCheckHeaders]string{
 	hdrAcceptEncoding:     "accept-encoding",
 	hdrBedrockServiceTier: strings.ToLower(requestbody.HeaderBedrockServiceTier),
 	hdrBedrockLatency:     strings.ToLower(requestbody.HeaderBedrockLatency),
+	hdrVertexRequestType:  strings.ToLower(requestbody.HeaderVertexSharedRequestType),
 }
 
 // checkHeaderLengths has bit n set when a name of checkHeaderNames is n bytes long: most
@@ -231,16 +234,17 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 
 // hintOf is what the check knows of the request beyond its credential: its body's
 // estimate, when Envoy sent the body, with the model and region its path names, the
-// regional host it was sent to, and the tiers an InvokeModel request asks for by its
-// headers (X-Amzn-Bedrock-Service-Tier, X-Amzn-Bedrock-PerformanceConfig-Latency), as
-// the gateway reads them.
+// regional host it was sent to, and the tiers a request asks for by its headers (an
+// InvokeModel request's X-Amzn-Bedrock-Service-Tier and
+// X-Amzn-Bedrock-PerformanceConfig-Latency, Vertex AI's
+// X-Vertex-AI-LLM-Shared-Request-Type), as the gateway reads them.
 func hintOf(h *authv3.AttributeContext_HttpRequest, hdrs *[numCheckHeaders]string) gate.Hint {
 	b := RequestBody(h)
 	if len(b) == 0 {
 		return gate.Hint{}
 	}
 	return gate.BodyHint(b, h.GetPath(), h.GetHost()).
-		WithTierHeaders(hdrs[hdrBedrockServiceTier], hdrs[hdrBedrockLatency])
+		WithTierHeaders(hdrs[hdrBedrockServiceTier], hdrs[hdrBedrockLatency], hdrs[hdrVertexRequestType])
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),

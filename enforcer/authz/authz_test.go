@@ -235,6 +235,10 @@ func TestHintReadsBedrocksTierHeaders(t *testing.T) {
 		{"standard latency", req(body, map[string]string{"x-amzn-bedrock-performanceconfig-latency": "standard"}), pricecatalog.Standard, true},
 		{"no header", req(body, nil), pricecatalog.Standard, true},
 		{"no body", req("", latency), pricecatalog.Standard, false},
+		// Vertex AI's Priority PayGo, asked by a header (its answer's trafficType
+		// ON_DEMAND_PRIORITY is charged the fast tier).
+		{"Vertex AI's priority", req(body, map[string]string{"x-vertex-ai-llm-shared-request-type": "priority"}), pricecatalog.Fast, true},
+		{"Vertex AI's flex", req(body, map[string]string{"x-vertex-ai-llm-shared-request-type": "flex"}), pricecatalog.Standard, true},
 	} {
 		h := inputOf(tc.req).hint
 		if (h.Body != nil) != tc.body || h.Body != nil && h.Body.AskedTier() != tc.want {

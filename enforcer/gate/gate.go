@@ -409,14 +409,20 @@ func (h Hint) WithUpstreamHost(host string) Hint {
 	return h
 }
 
-// WithTierHeaders is h with the dearer tiers an Amazon Bedrock InvokeModel request asks
-// for by its headers, serviceTier and latency being their values
-// (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency): its body, the model's
-// own, cannot say them. A hint without a body estimate is returned as it is.
-func (h Hint) WithTierHeaders(serviceTier, latency string) Hint {
+// WithTierHeaders is h with the dearer tiers a request asks for by its headers, which
+// its body cannot say: an Amazon Bedrock InvokeModel request's serviceTier and latency
+// (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency: its body is the model's
+// own), and Vertex AI's Priority PayGo, vertexRequestType "priority" in any case
+// (requestbody.HeaderVertexSharedRequestType: the fast tier, which its answer's
+// trafficType ON_DEMAND_PRIORITY is charged). A hint without a body estimate is returned
+// as it is.
+func (h Hint) WithTierHeaders(serviceTier, latency, vertexRequestType string) Hint {
 	if h.Body != nil {
 		h.Body.ServiceTier = max(h.Body.ServiceTier, pricecatalog.TierNamed(pricecatalog.TierNames[:], serviceTier))
 		h.Body.Latency = max(h.Body.Latency, pricecatalog.TierNamed(pricecatalog.LatencyNames[:], latency))
+		if strings.EqualFold(vertexRequestType, requestbody.VertexPriorityRequestType) {
+			h.Body.ServiceTier = max(h.Body.ServiceTier, pricecatalog.Fast)
+		}
 	}
 	return h
 }

@@ -598,7 +598,8 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// is (requestbody.TrimBOM, MalformedRefusal).
 	body = requestbody.TrimBOM(body)
 	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host).
-		WithTierHeaders(r.Header.Get(requestbody.HeaderBedrockServiceTier), r.Header.Get(requestbody.HeaderBedrockLatency))
+		WithTierHeaders(r.Header.Get(requestbody.HeaderBedrockServiceTier), r.Header.Get(requestbody.HeaderBedrockLatency),
+			r.Header.Get(requestbody.HeaderVertexSharedRequestType))
 	if hint.Malformed && !requestbody.Unbilled(r.Method, r.URL.Path) && !requestbody.GuardrailCheck(r.Method, r.URL.Path) {
 		gw.answered(w, OutcomeBadBody)
 		m := requestbody.MalformedRefusal()

@@ -2209,6 +2209,46 @@ func TestBedrockTierHeaders(t *testing.T) {
 	}
 }
 
+// Vertex AI's Priority PayGo is asked by a header (X-Vertex-AI-LLM-Shared-Request-Type:
+// priority), not the body: the check's worst case is priced at the fast tier, which the
+// answer's trafficType ON_DEMAND_PRIORITY is charged, and the header goes upstream as it
+// came.
+func TestVertexPriorityHeader(t *testing.T) {
+	for _, tc := range []struct {
+		asked string
+		want  pricecatalog.Tier
+	}{{"priority", pricecatalog.Fast}, {"Priority", pricecatalog.Fast}, {"flex", pricecatalog.Standard}, {"", pricecatalog.Standard}} {
+		t.Run(tc.asked, func(t *testing.T) {
+			var asked string
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked = r.Header.Get("X-Vertex-AI-LLM-Shared-Request-Type")
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"candidates":[{"content":{"parts":[{"text":"hi"}]}}],"usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":34}}`)
+			}))
+			defer up.Close()
+			e := newEnv(t, up.URL, gateway.Config{})
+			var hdr []string
+			if tc.asked != "" {
+				hdr = []string{"X-Vertex-AI-LLM-Shared-Request-Type", tc.asked}
+			}
+			res := post(t, e.front.URL+"/v1/projects/p/locations/global/publishers/google/models/gemini-2.5-flash:generateContent", "tgk_good",
+				`{"contents":[{"role":"user","parts":[{"text":"hello"}]}],"generationConfig":{"maxOutputTokens":50}}`, hdr...)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || asked != tc.asked {
+				t.Fatalf("%d; the upstream was asked %q", res.StatusCode, asked)
+			}
+			e.tracker.settled(t)
+			e.gate.mu.Lock()
+			hint := e.gate.hints[len(e.gate.hints)-1].Body
+			e.gate.mu.Unlock()
+			if hint == nil || hint.AskedTier() != tc.want {
+				t.Fatalf("hint %+v: want the tier %v", hint, tc.want)
+			}
+		})
+	}
+}
+
 // Compressed bodies are decoded a few at a time: a few kilobytes of gzip decode to the
 // whole body cap, read before the check (even without a credential), and the stream
 // bound (thousands) did not bound how many at once. Each holds its cap's share of the

@@ -12,3 +12,14 @@ const (
 	HeaderBedrockServiceTier = "X-Amzn-Bedrock-Service-Tier"
 	HeaderBedrockLatency     = "X-Amzn-Bedrock-Performanceconfig-Latency"
 )
+
+// HeaderVertexSharedRequestType is the header by which a Vertex AI request asks for its
+// Priority PayGo (VertexPriorityRequestType, "priority"), in net/http's canonical form:
+// a Gemini request's body cannot ask for it there (its serviceTier is the Gemini API's).
+// Vertex's answer says the tier it served (usageMetadata.trafficType
+// ON_DEMAND_PRIORITY), which is what is charged; the request's worst case is priced at
+// the fast tier it asked for (gate.Hint.WithTierHeaders).
+const (
+	HeaderVertexSharedRequestType = "X-Vertex-Ai-Llm-Shared-Request-Type"
+	VertexPriorityRequestType     = "priority"
+)
