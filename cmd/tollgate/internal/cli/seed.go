@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -226,6 +227,16 @@ func seed(ctx context.Context, base string) (demoOrg, error) {
 	mint := func(u demoUser, name string) (string, error) {
 		var out struct{ Key string }
 		_, err := c.call("POST", "/v1/api-keys", u.Token, d.OrgID, map[string]string{"name": name}, http.StatusCreated, &out)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Code == "api_key_limit" {
+			// Every run mints a key and the database persists: after about a hundred runs
+			// the user holds a member's most live keys. Make room by revoking the oldest
+			// key an earlier run minted (keys made by hand are left alone), and mint again.
+			if rerr := c.revokeOldestKey(u, d.OrgID, name); rerr != nil {
+				return "", errors.Join(err, rerr)
+			}
+			_, err = c.call("POST", "/v1/api-keys", u.Token, d.OrgID, map[string]string{"name": name}, http.StatusCreated, &out)
+		}
 		return out.Key, err
 	}
 	if d.OwnerKey, err = mint(d.Owner, "demo owner key"); err != nil {
@@ -233,6 +244,44 @@ func seed(ctx context.Context, base string) (demoOrg, error) {
 	}
 	d.MemberKey, err = mint(d.Member, "demo member key")
 	return d, err
+}
+
+// revokeOldestKey revokes the oldest live API key of u named name (a key an earlier run
+// of seed minted). The list is the user's own keys, or for an owner the organization's:
+// only u's name for it is taken.
+func (c client) revokeOldestKey(u demoUser, org, name string) error {
+	var me struct {
+		Memberships []struct {
+			Organization struct{ ID string }
+			Member       struct{ ID string }
+		}
+	}
+	if _, err := c.call("GET", "/v1/me", u.Token, "", nil, http.StatusOK, &me); err != nil {
+		return err
+	}
+	memberID := ""
+	for _, m := range me.Memberships {
+		if m.Organization.ID == org {
+			memberID = m.Member.ID
+		}
+	}
+	var list struct {
+		APIKeys []struct{ ID, Name, MemberID, CreatedAt string }
+	}
+	if _, err := c.call("GET", "/v1/api-keys", u.Token, org, nil, http.StatusOK, &list); err != nil {
+		return err
+	}
+	oldest := -1
+	for i, k := range list.APIKeys {
+		if k.Name == name && k.MemberID == memberID && (oldest < 0 || k.CreatedAt < list.APIKeys[oldest].CreatedAt) {
+			oldest = i
+		}
+	}
+	if oldest < 0 {
+		return fmt.Errorf("no API key named %q of %s to revoke: revoke one of theirs (DELETE /v1/api-keys/{apiKeyId}), or start over with `make run-fresh`", name, u.Email)
+	}
+	_, err := c.call("DELETE", "/v1/api-keys/"+list.APIKeys[oldest].ID, u.Token, org, nil, http.StatusNoContent, nil)
+	return err
 }
 
 // limitMember gives the member a hard daily limit, so a short loop of calls ends in a

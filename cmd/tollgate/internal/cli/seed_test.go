@@ -58,3 +58,42 @@ func TestSeedIsIdempotent(t *testing.T) {
 		e.Do(t, "GET", "/v1/me", nil, apitest.Key(key)).Expect(t, 200)
 	}
 }
+
+// TestSeedMakesRoomForItsKeys: every `make run` mints a key for the owner and the member
+// of a database that persists, and a member holds at most 100 live keys. The run after the
+// hundredth must still start, by revoking the oldest key an earlier run minted, and leave
+// keys made by hand alone.
+func TestSeedMakesRoomForItsKeys(t *testing.T) {
+	e := apitest.New(t)
+	ctx := context.Background()
+	first, err := seed(ctx, e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client{ctx: ctx, base: e.URL}
+	// The member's own key, made by hand, and earlier runs' keys up to the cap.
+	var own struct{ Key string }
+	if _, err := c.call("POST", "/v1/api-keys", first.Member.Token, first.OrgID, map[string]string{"name": "laptop"}, 201, &own); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		status, err := c.call("POST", "/v1/api-keys", first.Member.Token, first.OrgID, map[string]string{"name": "demo member key"}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status == 409 {
+			break
+		}
+		if status != 201 {
+			t.Fatalf("minting: %d", status)
+		}
+	}
+	second, err := seed(ctx, e.URL)
+	if err != nil {
+		t.Fatalf("seed with the member at the keys' cap: %v", err)
+	}
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(second.MemberKey)).Expect(t, 200)
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(own.Key)).Expect(t, 200)
+	// The oldest demo key, the first run's, made the room.
+	e.Do(t, "GET", "/v1/me", nil, apitest.Key(first.MemberKey)).Expect(t, 401)
+}
