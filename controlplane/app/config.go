@@ -192,7 +192,7 @@ Example:
 // parseConfig builds the config of a subcommand from its flags and the environment, and
 // validates it, reporting every problem at once. Only the knobs the subcommand takes
 // (subcommands) are registered, read and validated; the others keep their zero values.
-// Its -h, and the usage a mistyped flag prints, go to stdio.Stderr.
+// Its -h goes to stdio.Stdout, and the usage a mistyped flag prints to stdio.Stderr.
 func parseConfig(name string, args []string, getenv func(string) string, stdio IO, extra func(*flag.FlagSet)) (Config, error) {
 	var c Config
 	var admins string
@@ -205,7 +205,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 	getenv = read.Getenv
 	e := envflag.New(getenv)
 	env, durationEnv, intEnv, boolEnv := e.String, e.Duration, e.Int, e.Bool
-	out := stdio.Stderr
+	out := envflag.HelpOutput(args, stdio.Stdout, stdio.Stderr)
 	fs := flag.NewFlagSet(stdio.program()+" "+name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {

@@ -82,7 +82,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 		}
 	}
 	read := envflag.NewRecorder(getenv)
-	cfg, err := parseConfig(args, read.Getenv, stdio.Stderr)
+	cfg, err := parseConfig(args, read.Getenv, envflag.HelpOutput(args, stdio.Stdout, stdio.Stderr))
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // the flag package already printed the help
 	}

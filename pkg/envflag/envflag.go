@@ -7,6 +7,7 @@ package envflag
 import (
 	"flag"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,6 +99,22 @@ func HideDefaults(fs *flag.FlagSet, names ...string) {
 		}
 		f.DefValue = redact.URL(f.DefValue)
 	}
+}
+
+// HelpOutput is where a program's flag set writes: its help, when the command line asks
+// for it (-h, -help or --help before any "--"), goes to stdout, so that `enforcer -h |
+// less` and `controlplane serve -h | grep REDIS` read it, as the tollgate CLI's -h does;
+// the usage a mistyped flag prints is a complaint, and goes to stderr (the logs).
+func HelpOutput(args []string, stdout, stderr io.Writer) io.Writer {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return stderr
+		case "-h", "-help", "--help":
+			return stdout
+		}
+	}
+	return stderr
 }
 
 // Recorder is a getenv that remembers every name it was asked. A program's variables
