@@ -24,7 +24,7 @@ var envName = regexp.MustCompile(`TOLLGATE_[A-Z0-9_]+`)
 // deploy/README.md and the chart's README) and the code to one list of environment variables, the code's:
 // every TOLLGATE_* name the documentation gives is one a program reads (a renamed or
 // removed variable left in a table would send an operator to set something ignored),
-// and every variable the enforcer and the control plane read is documented. The
+// and every variable the enforcer, the control plane and the tollgate CLI read is documented. The
 // programs' variables are those their own parsing asks for (KnownEnv, the same list the
 // unknown-variable warning uses); the tollgate CLI's and the tests' are the names their
 // source gives; the example Caddyfiles' those they take from the environment.
@@ -38,12 +38,17 @@ func TestEveryVariableIsDocumentedAndExists(t *testing.T) {
 	// The CLI (tollgate dev, the operator commands) reads its own through getenv with
 	// literal names; the tests and benchmarks theirs (TOLLGATE_TEST_*, TOLLGATE_BENCH_*)
 	// through os.Getenv, anywhere in the repository.
+	// The CLI's must be documented too: an operator scripting `tollgate audit` with a
+	// session token finds TOLLGATE_ORG_ID in no document otherwise.
 	literal := regexp.MustCompile(`"(TOLLGATE_[A-Z0-9_]+)"`)
 	for _, f := range sourcetext.GoFiles(t, root, true, ".") {
 		cli := strings.HasPrefix(filepath.ToSlash(f.Path), filepath.ToSlash(filepath.Join(root, "cmd", "tollgate"))+"/") && !strings.HasSuffix(f.Path, "_test.go")
 		for _, n := range literal.FindAllStringSubmatch(f.Text, -1) {
 			if cli || strings.HasPrefix(n[1], "TOLLGATE_TEST_") || strings.HasPrefix(n[1], "TOLLGATE_BENCH_") {
 				known[n[1]] = true
+			}
+			if cli {
+				programs = append(programs, n[1])
 			}
 		}
 	}
