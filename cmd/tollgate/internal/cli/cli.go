@@ -18,7 +18,8 @@ type IO = app.IO
 const usage = `Usage: tollgate <command> [flags]
 
 Commands:
-  dev       run the control plane locally against Postgres and Redis, seed a demo
+  dev       run the whole stack locally against Postgres and Redis (the control plane,
+            the enforcer with its inference gateway, a fake upstream), seed a demo
             organization, and print what to call (Ctrl-C stops it)
   migrate   apply the control plane's database migrations
   bootstrap first platform administrator, organization and API key of a fresh install

@@ -57,3 +57,24 @@ func TestProgramsPrintTheirHelpOnStdout(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpSaysDevRunsTheWholeStack: `tollgate help` described dev as running "the control
+// plane locally", while it runs the enforcer with its inference gateway and a fake
+// upstream beside it (README: "the whole stack in one process").
+func TestHelpSaysDevRunsTheWholeStack(t *testing.T) {
+	stdout, _, errLine, _ := runCLI(context.Background(), nil, "", "help")
+	if errLine != "" {
+		t.Fatal(errLine)
+	}
+	i := strings.Index(stdout, "\n  dev ")
+	j := strings.Index(stdout, "\n  migrate ")
+	if i < 0 || j < i {
+		t.Fatalf("no dev entry in:\n%s", stdout)
+	}
+	dev := strings.Join(strings.Fields(stdout[i:j]), " ")
+	for _, s := range []string{"the control plane", "the enforcer", "inference gateway", "fake upstream"} {
+		if !strings.Contains(dev, s) {
+			t.Errorf("tollgate help's dev entry does not name %s: %q", s, dev)
+		}
+	}
+}
