@@ -64,9 +64,10 @@ func (c *Call) requireFreshSession(message string) error {
 
 // marketplaceForWrite reads a marketplace of the caller's organization for a change of
 // its plugins, under its shared lock, and checks their rank (403 below need, 404 only
-// for ids the organization does not have) and their sign-in's age.
+// for ids the organization does not have), from their role and grants as they are then
+// (viewerNow), and their sign-in's age.
 func (c *Call) marketplaceForWrite(tx pgx.Tx, id string, need int, what string) (store.Marketplace, error) {
-	m, err := marketplace.ForPluginWrite(c.Ctx, tx, c.OrgID(), id, c.viewer(), need, what)
+	m, err := marketplace.ForPluginWrite(c.Ctx, tx, c.OrgID(), id, func() (store.Viewer, error) { return c.viewerNow(tx) }, need, what)
 	if err != nil {
 		return m, err
 	}
@@ -170,13 +171,8 @@ func (s *Server) setMarketplaceAccess(c *Call) error {
 	var view marketplaceView
 	err = c.Tx(func(tx pgx.Tx) error {
 		// The caller's rank is read under the marketplace's lock, from their role and
-		// grants as they are then (refreshCaller).
-		viewer := func() (store.Viewer, error) {
-			if err := c.refreshCaller(tx, store.ForShare); err != nil {
-				return store.Viewer{}, err
-			}
-			return c.viewer(), nil
-		}
+		// grants as they are then (viewerNow).
+		viewer := func() (store.Viewer, error) { return c.viewerNow(tx) }
 		m, err := marketplace.ReplaceAccess(c.Ctx, tx, c.OrgID(), id, viewer, grants, c.now, c.requireFreshAuth)
 		if err != nil {
 			return err

@@ -361,3 +361,86 @@ var callerChanges = []struct {
 	{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
 	{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
 }
+
+// The changes of what a marketplace distributes (adding and removing its plugins) and
+// of a plugin itself (editing, deleting it, which takes it out of every marketplace)
+// act with the role their caller holds when they run, as the access writes above do.
+// An admin's rank on every marketplace comes from their role alone; one demoted to
+// member (with no grant) or removed while the write waited, for the marketplace's lock
+// behind a change of its grants or for the plugin's row, is refused and changes
+// nothing. Before, the role read at authentication was trusted: the demoted admin's
+// request in flight still added, removed, edited or deleted the plugin.
+func TestPluginWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	o := e.NewOrg(t, "Acme")
+	writes := []struct {
+		name    string
+		lock    string // a lock the write waits for, after its caller was authenticated ('%s': the fixture's row)
+		onMkt   bool   // the lock is the marketplace's, else the plugin's
+		request func(admin apitest.Member, mkt, plugin string) *apitest.Resp
+		changed func(t *testing.T, mkt, plugin string) bool
+	}{
+		{"add plugin", `SELECT 1 FROM marketplaces WHERE id = $1 FOR UPDATE`, true, func(admin apitest.Member, mkt, plugin string) *apitest.Resp {
+			return addPlugin(t, e, mkt, map[string]any{"pluginId": plugin}, admin.As()...)
+		}, func(t *testing.T, mkt, plugin string) bool {
+			return count(t, e, "marketplace_plugins", "marketplace_id = $1 AND plugin_id = $2", mkt, plugin) != 0
+		}},
+		{"remove plugin", `SELECT 1 FROM marketplaces WHERE id = $1 FOR UPDATE`, true, func(admin apitest.Member, mkt, plugin string) *apitest.Resp {
+			return e.Do(t, "DELETE", "/v1/marketplaces/"+mkt+"/plugins/"+plugin, nil, admin.As()...)
+		}, func(t *testing.T, mkt, plugin string) bool {
+			return count(t, e, "marketplace_plugins", "marketplace_id = $1 AND plugin_id = $2 AND removed_at IS NULL", mkt, plugin) != 1
+		}},
+		{"update plugin", `SELECT 1 FROM plugins WHERE id = $1 FOR UPDATE`, false, func(admin apitest.Member, mkt, plugin string) *apitest.Resp {
+			return e.Do(t, "PATCH", "/v1/plugins/"+plugin, map[string]any{"name": "Renamed"}, admin.As()...)
+		}, func(t *testing.T, mkt, plugin string) bool {
+			return count(t, e, "plugins", "id = $1 AND name = 'Renamed'", plugin) != 0
+		}},
+		{"delete plugin", `SELECT 1 FROM plugins WHERE id = $1 FOR UPDATE`, false, func(admin apitest.Member, mkt, plugin string) *apitest.Resp {
+			return e.Do(t, "DELETE", "/v1/plugins/"+plugin, nil, admin.As()...)
+		}, func(t *testing.T, mkt, plugin string) bool {
+			return count(t, e, "plugins", "id = $1 AND status = 'deleted'", plugin) != 0
+		}},
+	}
+	for _, ch := range callerChanges {
+		for _, w := range writes {
+			t.Run(ch.name+" "+w.name, func(t *testing.T) {
+				mkt := newMarketplace(t, e, o, "Engineering "+ch.name+" "+w.name)
+				plugin := newPlugin(t, e, o, "Lint "+ch.name+" "+w.name)
+				if w.name != "add plugin" {
+					addPlugin(t, e, mkt, map[string]any{"pluginId": plugin}, o.As()...).Expect(t, http.StatusCreated)
+				}
+				admin := e.AddMember(t, o, "adam", "admin")
+				hold, err := e.Store.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer hold.Rollback(ctx) //nolint:errcheck
+				target := plugin
+				if w.onMkt {
+					target = mkt
+				}
+				if _, err := hold.Exec(ctx, w.lock, target); err != nil {
+					t.Fatal(err)
+				}
+				answered := make(chan *apitest.Resp, 1)
+				go func() { answered <- w.request(admin, mkt, plugin) }()
+				awaitLockWaits(t, e, 1)
+				if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+					t.Fatal(err)
+				}
+				if err := hold.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r := <-answered
+				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
+					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
+				}
+				if w.changed(t, mkt, plugin) {
+					t.Fatal("the write went through")
+				}
+			})
+		}
+	}
+}

@@ -52,6 +52,19 @@ func (c *Call) viewer() store.Viewer {
 	return store.Viewer{MemberID: c.Member.ID, All: IsManager(c.Member.Role)}
 }
 
+// viewerNow is viewer for a write: the caller's membership is read again inside tx, FOR
+// SHARE (refreshCaller), so that an owner's or admin's rank everywhere is the one their
+// role gives them now and holds until tx ends. Authentication read the role before,
+// unlocked; an admin demoted or removed while their write waited (for a marketplace's
+// lock behind a change of its grants, for a plugin's row) is refused, not served with the
+// authority they had just lost.
+func (c *Call) viewerNow(tx pgx.Tx) (store.Viewer, error) {
+	if err := c.refreshCaller(tx, store.ForShare); err != nil {
+		return store.Viewer{}, err
+	}
+	return c.viewer(), nil
+}
+
 // specText checks a string the way the specification bounds it (length in Unicode code
 // points, as JSON Schema counts) and refuses what would be useless or unstorable: only
 // whitespace, or NUL characters (Postgres text cannot hold them). It does not trim, so
@@ -261,15 +274,19 @@ func (s *Server) getPlugin(c *Call) error {
 	return c.JSON(http.StatusOK, itemAnswer{OK: true, Item: view})
 }
 
-// pluginRank is the caller's rank on a plugin: manager for owners and admins, else the
-// lowest rank they hold on the marketplaces the plugin is currently in (none when it is
-// in none). A rank from grants is read under the shared locks of those marketplaces, as
+// pluginRank is the caller's rank on a plugin: manager for owners and admins (by the
+// role they hold now, viewerNow), else the lowest rank they hold on the marketplaces the
+// plugin is currently in (none when it is in none). A rank from grants is read under the shared locks of those marketplaces, as
 // the writes of a marketplace's plugins read theirs (marketplace.ForPluginWrite): a
 // replacement of a marketplace's grants under way is waited for, and one begun later
 // waits for this transaction, so a change or deletion of the plugin is never answered,
 // nor committed, from a grant whose revocation began.
 func (c *Call) pluginRank(tx pgx.Tx, pluginID string) (int, error) {
-	if IsManager(c.Member.Role) {
+	v, err := c.viewerNow(tx)
+	if err != nil {
+		return store.RankNone, err
+	}
+	if v.All {
 		return store.RankManager, nil
 	}
 	if err := store.SharePluginMarketplaces(c.Ctx, tx, pluginID); err != nil {

@@ -47,9 +47,15 @@ func ForWrite(ctx context.Context, q store.Querier, orgID, id string, v store.Vi
 // first takes the marketplace's shared lock, which ReplaceAccess's lock excludes: a
 // replacement of the grants that began before waits to commit and the rank is read
 // after it, and one that begins later waits for this change. Without it an editor whose
-// grant was being revoked could still add a plugin after the revocation began.
-func ForPluginWrite(ctx context.Context, tx pgx.Tx, orgID, id string, v store.Viewer, need int, what string) (store.Marketplace, error) {
+// grant was being revoked could still add a plugin after the revocation began. viewer
+// is asked for once that lock is held, as in ReplaceAccess: the caller's role is the one
+// they have then (an admin demoted or removed while the write waited is refused).
+func ForPluginWrite(ctx context.Context, tx pgx.Tx, orgID, id string, viewer func() (store.Viewer, error), need int, what string) (store.Marketplace, error) {
 	if err := store.ShareMarketplace(ctx, tx, orgID, id); err != nil {
+		return store.Marketplace{}, err
+	}
+	v, err := viewer()
+	if err != nil {
 		return store.Marketplace{}, err
 	}
 	return ForWrite(ctx, tx, orgID, id, v, need, what)
