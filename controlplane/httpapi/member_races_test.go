@@ -444,3 +444,64 @@ func TestPluginWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 		}
 	}
 }
+
+// Taking a member out of a team and deleting a team change who the team's grants and
+// usage-limit policies reach (the entitlement fence runs for them): they too act with
+// the role their caller holds when they run. An admin demoted or removed while the
+// write waited for the team's lock is refused and the team stays as it was; before,
+// the demoted admin's request in flight still took the member out or deleted the team.
+func TestTeamWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	writes := []struct {
+		name    string
+		request func(admin apitest.Member, team string) *apitest.Resp
+		changed func(t *testing.T, team string) bool
+	}{
+		{"remove team member", func(admin apitest.Member, team string) *apitest.Resp {
+			return e.Do(t, "DELETE", "/v1/teams/"+team+"/members/"+bob.MemberID, nil, admin.As()...)
+		}, func(t *testing.T, team string) bool {
+			return count(t, e, "team_members", "team_id = $1 AND member_id = $2", team, bob.MemberID) != 1
+		}},
+		{"delete team", func(admin apitest.Member, team string) *apitest.Resp {
+			return e.Do(t, "DELETE", "/v1/teams/"+team, nil, admin.As()...)
+		}, func(t *testing.T, team string) bool {
+			return count(t, e, "teams", "id = $1 AND deleted_at IS NULL", team) != 1
+		}},
+	}
+	for _, ch := range callerChanges {
+		for _, w := range writes {
+			t.Run(ch.name+" "+w.name, func(t *testing.T) {
+				team := createTeam(t, e, o, "Research "+ch.name+" "+w.name, bob)
+				admin := e.AddMember(t, o, "adam", "admin")
+				hold, err := e.Store.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer hold.Rollback(ctx) //nolint:errcheck
+				if _, err := hold.Exec(ctx, `SELECT 1 FROM teams WHERE id = $1 FOR UPDATE`, team); err != nil {
+					t.Fatal(err)
+				}
+				answered := make(chan *apitest.Resp, 1)
+				go func() { answered <- w.request(admin, team) }()
+				awaitLockWaits(t, e, 1)
+				if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+					t.Fatal(err)
+				}
+				if err := hold.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r := <-answered
+				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
+					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
+				}
+				if w.changed(t, team) {
+					t.Fatal("the write went through")
+				}
+			})
+		}
+	}
+}

@@ -141,6 +141,11 @@ func (s *Server) removeTeamMember(c *Call) error {
 		if err != nil {
 			return err
 		}
+		// Taking someone out of a team changes what reaches them (grants, usage-limit
+		// policies) as adding them does: only who is an owner or admin now may do it.
+		if err := c.managerNow(tx, store.ForShare); err != nil {
+			return err
+		}
 		memberID, err := c.pathID("memberId", typeid.Member)
 		if err != nil {
 			return err
@@ -167,6 +172,10 @@ func (s *Server) deleteTeam(c *Call) error {
 	err := c.Tx(func(tx pgx.Tx) error {
 		team, err := c.targetTeam(tx, store.ForNoKeyUpdate)
 		if err != nil {
+			return err
+		}
+		// As removeTeamMember: the caller's role as it is now, held until the end.
+		if err := c.managerNow(tx, store.ForShare); err != nil {
 			return err
 		}
 		// Fence the members the delete took out of the team, not those read above: a
