@@ -117,6 +117,11 @@ func (s *Server) moveCapture(c *Call, enable bool) error {
 	}
 	view := captureView{Action: req.Action(), Applied: apply, ReviewReference: ref, Members: []captureMemberView{}}
 	err := c.Tx(func(tx pgx.Tx) error {
+		// The caller's role as it is now, held until the end (usageManagerNow): the move
+		// may wait for tracking rows that settlement holds.
+		if err := c.usageManagerNow(tx); err != nil {
+			return err
+		}
 		moved, err := capture.Move(c.Ctx, tx, c, req, c.now)
 		if err != nil {
 			return err

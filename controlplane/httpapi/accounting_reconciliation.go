@@ -152,6 +152,11 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 	}
 	var ans reconcile.Answer
 	err := c.Tx(func(tx pgx.Tx) error {
+		// The caller's role as it is now, held until the end (usageManagerNow): the
+		// charges may wait for tracking rows and buckets that settlement holds.
+		if err := c.usageManagerNow(tx); err != nil {
+			return err
+		}
 		var err error
 		if ans, err = reconcile.Reconcile(c.Ctx, tx, c, req, c.now); err != nil {
 			return err

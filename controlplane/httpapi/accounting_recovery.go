@@ -157,6 +157,11 @@ func (s *Server) recoverStarts(c *Call) error {
 	}
 	var results []recoveryResultView
 	err := c.Tx(func(tx pgx.Tx) error {
+		// The caller's role as it is now, held until the end (usageManagerNow): recovery
+		// may wait for starts and tracking rows that settlement holds.
+		if err := c.usageManagerNow(tx); err != nil {
+			return err
+		}
 		rs, err := recovery.Recover(c.Ctx, tx, c, recovery.Request{OrganizationID: c.OrgID(), RequestIDs: ids,
 			ReviewReference: ref, Apply: apply}, c.now)
 		results = make([]recoveryResultView, len(rs))

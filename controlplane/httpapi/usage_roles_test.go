@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -105,6 +107,88 @@ func TestUsageWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
 				}
 				if w.changed(t, f) {
+					t.Fatal("the write went through")
+				}
+			})
+		}
+	}
+}
+
+// The accounting operations of owners and admins (suspending and resuming a member's
+// capture, recovering abandoned starts, reconciling quarantined settlements) change
+// what members are charged or whether they may be served: they too act with the
+// authority their caller holds when they run. An admin demoted (or removed) while the
+// write waited, for a member's tracking row or a start's row that settlement holds, is
+// refused and changes nothing. Before, the role read at authentication was trusted: the
+// demoted admin's request in flight still suspended the member's capture (every new
+// request of theirs then refused) or closed their starts.
+func TestAccountingWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	l := ledgerFor(t, e)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	writes := []struct {
+		name    string
+		setup   func(t *testing.T, round int) (lock string, arg any)
+		request func(admin apitest.Member, round int) *apitest.Resp
+		changed func(t *testing.T, round int) bool
+	}{
+		{"suspend capture", func(t *testing.T, round int) (string, any) {
+			return `SELECT 1 FROM usage_member_tracking WHERE member_id = $1 FOR UPDATE`, bob.MemberID
+		}, func(admin apitest.Member, round int) *apitest.Resp {
+			version := usageCount(t, e, `SELECT tracking_version FROM usage_member_tracking WHERE member_id = $1`, bob.MemberID)
+			return e.Do(t, "POST", suspendPath, captureBody(bob.MemberID, int64(version), true), admin.As()...)
+		}, func(t *testing.T, round int) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_member_tracking WHERE member_id = $1 AND NOT capture_enabled`, bob.MemberID) != 0
+		}},
+		{"recover", func(t *testing.T, round int) (string, any) {
+			id := fmt.Sprintf("req_roles_%d", round)
+			if o := startAs(t, l, o.OrgID, bob.MemberID, id, e.Clock.Now().Add(-2*time.Hour), 0); o != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+				t.Fatalf("start %s: %v", id, o)
+			}
+			return `SELECT 1 FROM usage_request_starts WHERE request_id = $1 FOR UPDATE`, id
+		}, func(admin apitest.Member, round int) *apitest.Resp {
+			return e.Do(t, "POST", recoverPath, map[string]any{"requestIds": []string{fmt.Sprintf("req_roles_%d", round)},
+				"reviewReference": "INC-7", "apply": true}, admin.As()...)
+		}, func(t *testing.T, round int) bool {
+			return usageCount(t, e, `SELECT count(*) FROM usage_request_starts WHERE request_id = $1 AND state = 'pending'`,
+				fmt.Sprintf("req_roles_%d", round)) != 1
+		}},
+	}
+	// bob's tracking row, for the capture's lock.
+	startAs(t, l, o.OrgID, bob.MemberID, "req_roles_first", e.Clock.Now().Add(-3*time.Hour), 0)
+	if n := usageCount(t, e, `SELECT count(*) FROM usage_member_tracking WHERE member_id = $1`, bob.MemberID); n != 1 {
+		t.Fatalf("%d tracking rows", n)
+	}
+	round := 0
+	for _, ch := range callerChanges {
+		for _, w := range writes {
+			round++
+			t.Run(ch.name+" "+w.name, func(t *testing.T) {
+				lock, arg := w.setup(t, round)
+				admin := e.AddMember(t, o, fmt.Sprintf("adam%d", round), "admin")
+				// The caller's change and a lock the write takes, in one transaction: the
+				// write, sent meanwhile, waits for one of them, and the change commits first.
+				hold := openTx(t, e)
+				if _, err := hold.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := hold.Exec(ctx, lock, arg); err != nil {
+					t.Fatal(err)
+				}
+				answered := make(chan *apitest.Resp, 1)
+				go func() { answered <- w.request(admin, round) }()
+				awaitLockWaits(t, e, 1)
+				if err := hold.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r := <-answered
+				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
+					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
+				}
+				if w.changed(t, round) {
 					t.Fatal("the write went through")
 				}
 			})
