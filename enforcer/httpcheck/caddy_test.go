@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/testio"
 
+	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
@@ -283,4 +284,86 @@ func TestBrowserAppThroughCaddyForwardAuth(t *testing.T) {
 	if len(methods) != 1 || methods[0] != "POST" {
 		t.Fatalf("the upstream got %v: want the admitted call alone, no preflight", methods)
 	}
+}
+
+// TestCaddyForwardAuthAnswersAnUnreachableEnforcerInJSON: the shipped Caddyfile, with a
+// real Caddy, answers a request whose check the enforcer did not answer (nothing listens
+// at its address) as deploy/envoy's Envoy does: 503, the enforcer's JSON error body
+// (gate.BodyEnforcerUnavailable) and X-Service-Error-Code:
+// service_gateway_enforcer_unavailable, which the OpenAI and Anthropic SDKs show (and a
+// browser app may read). Before, Caddy answered its own 502 with an empty body, and an
+// SDK said only "502 status code (no body)". Once the enforcer admitted the request, what
+// the provider answers passes untouched: its own 502 and 503 with their bodies, and
+// Caddy's 502 when the provider cannot be reached is not called the enforcer's.
+func TestCaddyForwardAuthAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
+	upstream := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/502":
+			rw.Header().Set("Content-Type", "text/html")
+			rw.WriteHeader(http.StatusBadGateway)
+			io.WriteString(rw, "<html>the provider's own 502</html>")
+		default:
+			rw.Header().Set("Content-Type", "application/json")
+			rw.Header().Set("Retry-After", "7")
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(rw, `{"error":{"type":"overloaded_error","message":"the provider's own 503"}}`)
+		}
+	}))
+	defer upstream.Close()
+	post := func(t *testing.T, url, key, origin string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", key)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+
+	t.Run("enforcer unreachable", func(t *testing.T) {
+		caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, testio.FreeAddr(t), strings.TrimPrefix(upstream.URL, "http://"), nil)
+		for _, origin := range []string{"", "https://console.example"} {
+			res, body := post(t, "http://"+caddyAddr+"/v1/chat/completions", "tgk_whatever", origin)
+			if res.StatusCode != http.StatusServiceUnavailable || body != string(gate.BodyEnforcerUnavailable) ||
+				res.Header.Get("Content-Type") != "application/json" || res.Header.Get("Cache-Control") != "no-store" ||
+				res.Header.Get("X-Service-Error-Code") != gate.CodeEnforcerUnavailable {
+				t.Fatalf("an unreachable enforcer through Caddy (Origin %q): %d %v %s\n%s", origin, res.StatusCode, res.Header, body, caddyLog)
+			}
+			if origin != "" && res.Header.Get("Access-Control-Allow-Origin") != "*" {
+				t.Fatalf("a browser app cannot read the 503: %v", res.Header)
+			}
+		}
+	})
+
+	t.Run("the provider's answers", func(t *testing.T) {
+		e := enforcertest.New(t, enforcertest.Options{})
+		e.CP.SetPrice("gpt-4o-mini", 2_000, 8_000)
+		w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+		caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, strings.TrimPrefix(e.HTTPURL, "http://"), strings.TrimPrefix(upstream.URL, "http://"), nil)
+		res, body := post(t, "http://"+caddyAddr+"/v1/502", w.Key, "")
+		if res.StatusCode != http.StatusBadGateway || body != "<html>the provider's own 502</html>" || res.Header.Get("Content-Type") != "text/html" ||
+			res.Header.Get("X-Service-Error-Code") != "" {
+			t.Fatalf("the provider's 502 through Caddy: %d %v %s\n%s", res.StatusCode, res.Header, body, caddyLog)
+		}
+		res, body = post(t, "http://"+caddyAddr+"/v1/503", w.Key, "")
+		if res.StatusCode != http.StatusServiceUnavailable || body != `{"error":{"type":"overloaded_error","message":"the provider's own 503"}}` ||
+			res.Header.Get("Retry-After") != "7" || res.Header.Get("X-Service-Error-Code") != "" {
+			t.Fatalf("the provider's 503 through Caddy: %d %v %s\n%s", res.StatusCode, res.Header, body, caddyLog)
+		}
+
+		// The provider unreachable: Caddy's own 502, not the enforcer's 503.
+		caddyAddr, caddyLog = startCaddyForwardAuth(t, caddy, strings.TrimPrefix(e.HTTPURL, "http://"), testio.FreeAddr(t), nil)
+		res, body = post(t, "http://"+caddyAddr+"/v1/chat/completions", w.Key, "")
+		if res.StatusCode != http.StatusBadGateway || res.Header.Get("X-Service-Error-Code") != "" {
+			t.Fatalf("an unreachable provider through Caddy: %d %v %s\n%s", res.StatusCode, res.Header, body, caddyLog)
+		}
+	})
 }
