@@ -2,8 +2,10 @@ package e2e_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/e2e/fakellm"
+	enfgate "github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
@@ -336,4 +339,118 @@ func TestReverseProxiesSpreadOverGateways(t *testing.T) {
 	if calls := len(fake.Calls()); calls != answered {
 		t.Errorf("the provider got %d calls for %d requests answered", calls, answered)
 	}
+}
+
+// TestReverseProxiesAnswerAnUnreachableGatewayInJSON runs deploy/'s Caddy, nginx and
+// HAProxy examples in front of a gateway that cannot be reached (nothing listens, and
+// the health check of its admin port fails): each answers as deploy/envoy's Envoy
+// answers an unreachable enforcer, 503 with the enforcer's JSON error body
+// (gate.BodyEnforcerUnavailable) and X-Service-Error-Code:
+// service_gateway_enforcer_unavailable, which the OpenAI and Anthropic SDKs show, where
+// they answered their own 502 or 503 page (empty, HTML or text) and an SDK said only
+// "502 status code (no body)". In front of a gateway that answers, its answers pass
+// untouched: a provider's own 502 and 503 (relayed by the gateway) with their bodies and
+// headers. Traefik's example is run for the second half only: its errors middleware
+// matches a status, never whose answer it is, and would rewrite the provider's 502 and
+// 503 too (deploy/README.md).
+func TestReverseProxiesAnswerAnUnreachableGatewayInJSON(t *testing.T) {
+	t.Parallel()
+	// The gateway's stand-in: relays a provider's 502 and 503 as the gateway does, and
+	// is ready (/readyz, on the same port).
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			io.WriteString(w, "ok")
+		case "/v1/502":
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, "<html>the provider's own 502</html>")
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"type":"overloaded_error","message":"the provider's own 503"}}`)
+		}
+	}))
+	defer gateway.Close()
+	up, err := url.Parse(gateway.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(t *testing.T, url, origin string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", "tgk_whatever")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	fronts := map[string]func(t *testing.T, listen, upstream, healthPort string) *exec.Cmd{
+		"caddy": caddyGatewayCommand,
+		"nginx": func(t *testing.T, listen, upstream, _ string) *exec.Cmd { return nginxCommand(t, listen, upstream) },
+		"haproxy": func(t *testing.T, listen, upstream, healthPort string) *exec.Cmd {
+			return haproxyCommand(t, listen, upstream, healthPort)
+		},
+		"traefik": func(t *testing.T, listen, upstream, healthPort string) *exec.Cmd {
+			return traefikCommand(t, listen, upstream, healthPort)
+		},
+	}
+	for _, name := range []string{"caddy", "nginx", "haproxy", "traefik"} {
+		t.Run(name, func(t *testing.T) {
+			if name != "traefik" {
+				down := testio.FreeAddr(t)
+				_, downPort, _ := net.SplitHostPort(down)
+				listen := testio.FreeAddr(t)
+				logs := startFront(t, name, fronts[name](t, listen, down, downPort), listen)
+				for _, origin := range []string{"", "https://console.example"} {
+					res, body := post(t, "http://"+listen+"/v1/chat/completions", origin)
+					if res.StatusCode != http.StatusServiceUnavailable || body != string(enfgate.BodyEnforcerUnavailable) ||
+						res.Header.Get("Content-Type") != "application/json" || res.Header.Get("Cache-Control") != "no-store" ||
+						res.Header.Get("X-Service-Error-Code") != enfgate.CodeEnforcerUnavailable {
+						t.Fatalf("an unreachable gateway through %s (Origin %q): %d %v %s\n%s", name, origin, res.StatusCode, res.Header, body, logs)
+					}
+					if origin != "" && res.Header.Get("Access-Control-Allow-Origin") != "*" {
+						t.Fatalf("a browser app cannot read %s's 503: %v", name, res.Header)
+					}
+				}
+			}
+
+			listen := testio.FreeAddr(t)
+			logs := startFront(t, name, fronts[name](t, listen, up.Host, up.Port()), listen)
+			var res *http.Response
+			var body string
+			waitFor(t, 10*time.Second, name+" routing to the gateway", func() bool {
+				res, body = post(t, "http://"+listen+"/v1/502", "")
+				return res.StatusCode != http.StatusNotFound // Traefik's, until its routers are loaded
+			})
+			if res.StatusCode != http.StatusBadGateway || body != "<html>the provider's own 502</html>" ||
+				res.Header.Get("Content-Type") != "text/html" || res.Header.Get("X-Service-Error-Code") != "" {
+				t.Fatalf("the provider's 502 through %s: %d %v %s\n%s", name, res.StatusCode, res.Header, body, logs)
+			}
+			res, body = post(t, "http://"+listen+"/v1/503", "")
+			if res.StatusCode != http.StatusServiceUnavailable || body != `{"error":{"type":"overloaded_error","message":"the provider's own 503"}}` ||
+				res.Header.Get("Retry-After") != "7" || res.Header.Get("X-Service-Error-Code") != "" {
+				t.Fatalf("the provider's 503 through %s: %d %v %s\n%s", name, res.StatusCode, res.Header, body, logs)
+			}
+		})
+	}
+}
+
+// caddyGatewayCommand runs deploy/caddy/Caddyfile.gateway as written, listening on
+// listen, in front of upstream (host:port), its health check on healthPort.
+func caddyGatewayCommand(t *testing.T, listen, upstream, healthPort string) *exec.Cmd {
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
+	cmd := exec.Command(caddy, "run", "--config", "../deploy/caddy/Caddyfile.gateway", "--adapter", "caddyfile")
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
+		"TOLLGATE_CADDY_ADDR="+listen, "TOLLGATE_GATEWAY_ADDR="+upstream, "TOLLGATE_ENFORCER_ADMIN_PORT="+healthPort)
+	return cmd
 }
