@@ -346,8 +346,12 @@ func checkNginx(top []*ngxDirective) []string {
 				bad("line %d: listen %s, want 127.0.0.1 only", l.Line, strings.Join(l.Args, " "))
 			}
 		}
-		if size, err := ngxSize(ngxOne(s.Block, "client_max_body_size")); err != nil || size < gatewayBody {
-			bad("server: client_max_body_size %q below the gateway's %d bytes: nginx would answer its own 413 first", ngxOne(s.Block, "client_max_body_size"), gatewayBody)
+		// nginx refuses a body over its limit with its own HTML 413 before the gateway sees
+		// it: at the gateway's own limit, every body the gateway would refuse with its JSON
+		// 413 (service_gateway_body_too_large) got nginx's instead. 0 is no limit: the
+		// gateway's applies, whatever TOLLGATE_GATEWAY_MAX_BODY_BYTES says.
+		if size, err := ngxSize(ngxOne(s.Block, "client_max_body_size")); err != nil || size != 0 && size <= gatewayBody {
+			bad("server: client_max_body_size %q not above the gateway's %d bytes: nginx would answer its own 413 first", ngxOne(s.Block, "client_max_body_size"), gatewayBody)
 		}
 		for _, loc := range ngxAll(s.Block, "location") {
 			pass := ngxOne(loc.Block, "proxy_pass")
@@ -452,8 +456,9 @@ func TestNginxConfig(t *testing.T) {
 		{"gzip", "gzip off;", "gzip on;", "gzip on"},
 		{"retries", "proxy_next_upstream off;", "", "proxy_next_upstream"},
 		{"every interface", "listen 127.0.0.1:8080;", "listen 8080;", "127.0.0.1 only"},
-		{"small bodies", "client_max_body_size 16m;", "client_max_body_size 1m;", "client_max_body_size"},
-		{"nginx's default body limit", "client_max_body_size 16m;", "", "client_max_body_size"},
+		{"small bodies", "client_max_body_size 0;", "client_max_body_size 1m;", "client_max_body_size"},
+		{"the gateway's own limit", "client_max_body_size 0;", "client_max_body_size 16m;", "client_max_body_size"},
+		{"nginx's default body limit", "client_max_body_size 0;", "", "client_max_body_size"},
 		{"forward-auth", "proxy_pass http://tollgate_gateway;", "auth_request /check; proxy_pass http://tollgate_gateway;", "auth_request"},
 		{"key rewritten", "proxy_cache off;", "proxy_cache off; proxy_set_header X-Api-Key \"\";", "X-Api-Key"},
 		{"missing semicolon", "proxy_next_upstream off;", "proxy_next_upstream off", "lacks its ';'"},
