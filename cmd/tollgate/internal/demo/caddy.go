@@ -23,9 +23,17 @@ func StartCaddy(ctx context.Context, caddyBin, caddyfile, addr, enforcerHTTP, up
 	if err != nil {
 		return nil, err
 	}
+	// A host in a Caddy site's address is also a Host matcher: given 127.0.0.1:8000, Caddy
+	// answered a request for localhost:8000 200 with an empty body, unchecked. The
+	// Caddyfile binds 127.0.0.1 by itself (default_bind), so a loopback address is given
+	// as its port alone, which every host name reaches.
+	site := addr
+	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "127.0.0.1" || host == "localhost") {
+		site = ":" + port
+	}
 	cmd := exec.CommandContext(ctx, caddyBin, "run", "--config", caddyfile, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+home, "XDG_CONFIG_HOME="+home,
-		"TOLLGATE_CADDY_ADDR="+addr, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerHTTP, "TOLLGATE_UPSTREAM="+upstream,
+		"TOLLGATE_CADDY_ADDR="+site, "TOLLGATE_ENFORCER_HTTP_ADDR="+enforcerHTTP, "TOLLGATE_UPSTREAM="+upstream,
 		// Always defined, so the Caddyfile's {env.*} reads "" rather than a placeholder.
 		"TOLLGATE_UPSTREAM_AUTHORIZATION="+os.Getenv("TOLLGATE_UPSTREAM_AUTHORIZATION"),
 		"TOLLGATE_UPSTREAM_API_KEY="+os.Getenv("TOLLGATE_UPSTREAM_API_KEY"))
