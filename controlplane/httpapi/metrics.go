@@ -10,6 +10,10 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/metrics"
 )
 
+// StatusClientClosed is the code label of a request whose client left before it was
+// answered (nginx's 499, "client closed request"); nothing is written to it.
+const StatusClientClosed = 499
+
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
@@ -56,6 +60,11 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		}
 		if rec.status == 0 {
 			rec.status = http.StatusOK
+			if r.Context().Err() != nil {
+				// The client left before anything was written (writeError answers no
+				// one then): nginx's "client closed request", not a 200 it never got.
+				rec.status = StatusClientClosed
+			}
 		}
 		s.metrics.HTTPRequests.WithLabelValues(pattern, strconv.Itoa(rec.status)).Inc()
 		s.metrics.HTTPDuration.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
