@@ -80,7 +80,9 @@ type Metrics struct {
 	// when the spool goes with the process (the chart's emptyDir, whose alert counts it).
 	Settlements      *prometheus.CounterVec
 	SettledCostBasis *prometheus.CounterVec
-	SettleRetries    prometheus.Counter
+	// SettleRetries counts settlements put back to be sent again, one per settlement
+	// each time (not per call).
+	SettleRetries prometheus.Counter
 	// SettlementLag observes, per settlement, the time from queueing to the control
 	// plane's final answer (a histogram: its quantiles are the lag of delivered
 	// settlements; SettleOldestAge is the age of the ones still waiting).
@@ -334,7 +336,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"basis"}),
 		SettleRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settle_retries_total",
-			Help: "Settle calls retried after a failure.",
+			Help: "Settlements sent again after a Settle call failed or its answer missed them, one per settlement each time (a failed call of 256 settlements counts 256; tollgate_enforcer_controlplane_errors_total{method=\"Settle\"} counts the calls).",
 		}),
 		SettlementLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_enforcer_settlement_lag_seconds",
