@@ -20,7 +20,9 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -51,6 +53,10 @@ type Handler struct {
 	active int
 	closed bool
 	idle   chan struct{}
+
+	// settleUnauthorized and settleInvalid throttle the lines of refused /settle calls
+	// (refusedSettle).
+	settleUnauthorized, settleInvalid logging.Throttle
 }
 
 // New returns the handler.
@@ -429,11 +435,14 @@ const maxSettleBody = 64 << 10
 
 func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	if !h.maySettle(r) {
+		h.settleUnauthorized.Log(h.log, slog.LevelWarn, "/settle refused (401): the caller is not on loopback and sent no valid internal token (TOLLGATE_INTERNAL_TOKEN); its settlement is not charged",
+			"remote", r.RemoteAddr)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
 		return
 	}
 	var in settleBody
 	if probs := decodeStrict(w, r, &in); len(probs) > 0 {
+		h.refusedSettle(r, probs)
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
 		return
 	}
@@ -497,6 +506,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		tier = pricecatalog.Fast
 	}
 	if len(probs) > 0 {
+		h.refusedSettle(r, probs)
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "details": probs})
 		return
 	}
@@ -604,6 +614,18 @@ func receipt(id string, res settleq.Result) (int, Receipt) {
 		return http.StatusBadRequest, rc
 	}
 	return http.StatusOK, rc
+}
+
+// refusedSettle logs a /settle refused 400: a settlement not charged, which a reporter
+// that does not read the answer loses without a word otherwise. The line says why (the
+// problems, bounded), never the body; once per 10 s, with the count left out.
+func (h *Handler) refusedSettle(r *http.Request, probs []problem) {
+	why := make([]string, 0, len(probs))
+	for _, p := range probs {
+		why = append(why, p.Message)
+	}
+	h.settleInvalid.Log(h.log, slog.LevelWarn, "/settle refused (400): its settlement is not charged",
+		"remote", r.RemoteAddr, "problems", redact.Excerpt(strings.Join(why, "; "), 512))
 }
 
 // maySettle admits loopback callers and holders of the internal token.
