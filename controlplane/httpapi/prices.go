@@ -351,6 +351,13 @@ func (f priceFields) read(p *fault.Problems, path ...any) (in, out, cached int64
 // out are removed) and answers the organization's prices (as GET with
 // source=organization). Prices are bounded like allowances, so a per-million price times
 // any plausible token count is checked arithmetic for the accounting side, never a float.
+// The price writes (replaceModelPrices, setFallbackPrice, resetFallbackPrice,
+// setUnpricedModels) first read the caller's membership again, FOR SHARE (managerNow):
+// the route's role check used the one read at authentication, and an owner or admin
+// demoted or removed while the write waited (for the organization's price rows, behind
+// another price write) would otherwise still change what every member is charged. A
+// demotion or removal still to come waits for the write.
+
 func (s *Server) replaceModelPrices(c *Call) error {
 	var in struct {
 		Prices []struct {
@@ -384,6 +391,9 @@ func (s *Server) replaceModelPrices(c *Call) error {
 	var out []store.ModelPrice
 	var f *store.FallbackPrice
 	err := c.Tx(func(tx pgx.Tx) error {
+		if err := c.managerNow(tx, store.ForShare); err != nil {
+			return err
+		}
 		if err := store.ReplaceModelPrices(c.Ctx, tx, c.OrgID(), ps, c.now); err != nil {
 			return err
 		}
@@ -433,6 +443,9 @@ func (s *Server) setFallbackPrice(c *Call) error {
 	}
 	var out *store.FallbackPrice
 	err := c.Tx(func(tx pgx.Tx) error {
+		if err := c.managerNow(tx, store.ForShare); err != nil {
+			return err
+		}
 		if err := store.SetFallbackPrice(c.Ctx, tx, c.OrgID(), f, c.now); err != nil {
 			return err
 		}
@@ -455,6 +468,9 @@ func (s *Server) setFallbackPrice(c *Call) error {
 // answers it. Resetting a default is not an error (audited only when something changed).
 func (s *Server) resetFallbackPrice(c *Call) error {
 	err := c.Tx(func(tx pgx.Tx) error {
+		if err := c.managerNow(tx, store.ForShare); err != nil {
+			return err
+		}
 		removed, err := store.DeleteFallbackPrice(c.Ctx, tx, c.OrgID())
 		if err != nil || !removed {
 			return err
@@ -508,6 +524,9 @@ func (s *Server) setUnpricedModels(c *Call) error {
 	}
 	var out store.UnpricedModelRule
 	err := c.Tx(func(tx pgx.Tx) error {
+		if err := c.managerNow(tx, store.ForShare); err != nil {
+			return err
+		}
 		changed, err := store.SetUnpricedModelRule(c.Ctx, tx, c.OrgID(), *in.Action, c.now)
 		if err != nil {
 			return err
