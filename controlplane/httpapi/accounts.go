@@ -165,6 +165,14 @@ func (s *Server) signIn(c *Call) error {
 	s.signIns.Succeed(keys[0])
 	var ans sessionAnswer
 	err = c.Tx(func(tx pgx.Tx) error {
+		// The password checked must still be the account's: a reset (bootstrap-admin)
+		// that committed while it was hashed changed it, and one under way waits for
+		// this session and then ends it with the others.
+		if still, err := store.PasswordStill(c.Ctx, tx, u.ID, u.PasswordHash); err != nil {
+			return err
+		} else if !still {
+			return fault.ErrUnauthorized
+		}
 		ans, err = s.openSession(c, tx, u)
 		return err
 	})

@@ -75,6 +75,20 @@ func SetPassword(ctx context.Context, q Querier, userID, hash string, now time.T
 	return pgx.CollectRows(rows, pgx.RowTo[[]byte])
 }
 
+// PasswordStill locks the user's row FOR SHARE and tells whether its password hash is
+// still hash, the one a sign-in checked: a password reset (SetPassword) that committed
+// meanwhile changed it, and one under way waits for the sign-in's transaction, then
+// revokes the session it opened. Without it a sign-in that read the old hash opened a
+// session just after the reset had revoked the others.
+func PasswordStill(ctx context.Context, q Querier, userID, hash string) (bool, error) {
+	var one int
+	err := q.QueryRow(ctx, `SELECT 1 FROM users WHERE id = $1 AND password_hash = $2 FOR SHARE`, userID, hash).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // SetActiveOrganization records the organization a user's sessions act in by default.
 func SetActiveOrganization(ctx context.Context, q Querier, userID string, orgID *string, now time.Time) error {
 	_, err := q.Exec(ctx, `UPDATE users SET active_organization_id = $2, updated_at = $3 WHERE id = $1`, userID, orgID, now)
