@@ -52,6 +52,15 @@ func (s *Server) createAPIKey(c *Call) error {
 		if err := c.lockCaller(tx); err != nil {
 			return err
 		}
+		// The session must still be live: one signed out, or ended by a password reset
+		// (bootstrap-admin's, which revokes the account's keys), since it authenticated
+		// would otherwise mint a key the reset never saw. A reset under way waits for
+		// this key and then revokes it with the others (a sign-out waits too).
+		if live, err := store.SessionLive(c.Ctx, tx, c.Principal.Session.ID, c.now); err != nil {
+			return err
+		} else if !live {
+			return fault.ErrUnauthorized
+		}
 		err := store.CreateAPIKeyWithinLimit(c.Ctx, tx, k)
 		if errors.Is(err, store.ErrAPIKeyLimit) {
 			return fault.Conflictf("api_key_limit", "You already hold %d live API keys, the most a member may; revoke one you no longer use (DELETE /v1/api-keys/{apiKeyId}) and try again.", store.MaxLiveAPIKeysPerMember)

@@ -79,3 +79,54 @@ func TestSignInDuringAPasswordResetGetsNoSession(t *testing.T) {
 	// The new password works.
 	e.Do(t, "POST", "/v1/auth/sign-in", map[string]string{"email": u.Email, "password": "the operator's own new password"}).Expect(t, http.StatusOK)
 }
+
+// An API key asked for by a session that a password reset (or a sign-out) ends while
+// the request waits is not minted: the session must still be live when the key is. Before,
+// the session was checked only at authentication, so a squatter asking for keys over and
+// over could have one authenticated before bootstrap-admin's reset and written after it
+// had revoked the account's keys: a live key of an account the reset had just made a
+// platform administrator.
+func TestAPIKeyIsNotMintedBySessionEndedMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Squat")
+	ctx := context.Background()
+	// The key's request waits for the caller's member row (its lock of the caller)...
+	blocker := openTx(t, e)
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM members WHERE id = $1 FOR UPDATE`, o.MemberID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *apitest.Resp, 1)
+	go func() { done <- e.Do(t, "POST", "/v1/api-keys", map[string]string{"name": "later"}, o.As()...) }()
+	awaitLockWaits(t, e, 1)
+	// ...while the reset commits: it ends the session and revokes the keys it finds.
+	hash, err := password.Hash("the operator's own new password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := openTx(t, e)
+	if _, err := platform.ProvisionAdmin(ctx, reset, o.Email, "Root", hash, typeid.New(typeid.User), apitest.Start); err != nil {
+		t.Fatal(err)
+	}
+	if err := reset.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.Status == http.StatusCreated {
+		var out struct{ Key string }
+		if err := json.Unmarshal(r.Body, &out); err != nil {
+			t.Fatal(err)
+		}
+		if me := e.Do(t, "GET", "/v1/me", nil, apitest.Key(out.Key)); me.Status != http.StatusUnauthorized {
+			t.Fatalf("a key minted by a session the reset ended outlived it: GET /v1/me %d", me.Status)
+		}
+		return
+	}
+	r.ExpectError(t, http.StatusUnauthorized, "unauthorized")
+	if n := count(t, e, "api_keys", "revoked_at IS NULL"); n != 0 {
+		t.Fatalf("%d live keys after the reset", n)
+	}
+}

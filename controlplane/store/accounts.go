@@ -125,6 +125,19 @@ func SessionByTokenHash(ctx context.Context, q Querier, hash []byte, now time.Ti
 	return s, u, notFound(err)
 }
 
+// SessionLive locks a session's row FOR SHARE and tells whether it is still live at now
+// (not revoked, not expired): a write that must not outlive its session (minting an API
+// key) checks it in its transaction, so that a sign-out or a password reset under way
+// waits for it and a committed one is seen.
+func SessionLive(ctx context.Context, q Querier, id string, now time.Time) (bool, error) {
+	var one int
+	err := q.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2 FOR SHARE`, id, now).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // RevokeSession ends a session and returns its token's hash (nil when it had already
 // ended), for the invalidation enforcers need.
 func RevokeSession(ctx context.Context, q Querier, id string, now time.Time) ([]byte, error) {
