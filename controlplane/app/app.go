@@ -272,8 +272,10 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 		return fmt.Errorf("read password from standard input: %w", err)
 	}
 	pw := strings.TrimRight(line, "\r\n")
-	if len([]rune(pw)) < password.MinLength {
-		return fmt.Errorf("bootstrap-admin: the password on standard input must be at least %d characters", password.MinLength)
+	// The bounds of sign-up: a longer password was set before 2026-12-07, and sign-in,
+	// which refuses what is longer than any password sign-up takes, never took it.
+	if n := len([]rune(pw)); n < password.MinLength || n > password.MaxLength {
+		return fmt.Errorf("bootstrap-admin: the password on standard input must be at least %d and at most %d characters", password.MinLength, password.MaxLength)
 	}
 	hash, err := password.Hash(pw)
 	if err != nil {

@@ -361,6 +361,12 @@ func TestServeLifecycleAndBootstrapAdmin(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "at least 12") {
 		t.Fatalf("short password: %v", err)
 	}
+	// One sign-in could never take (it refuses what sign-up cannot set) is refused too.
+	err = app.Run(context.Background(), []string{"bootstrap-admin", "--email", "x@example.test"}, env,
+		app.IO{Stdin: strings.NewReader(strings.Repeat("long password ", 400) + "\n"), Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "at most 1024") {
+		t.Fatalf("long password: %v", err)
+	}
 
 	cancel()
 	select {

@@ -25,7 +25,7 @@ type sessionAnswer struct {
 }
 
 // maxPasswordLength bounds the work of one password hash.
-const maxPasswordLength = 1024
+const maxPasswordLength = password.MaxLength
 
 func (s *Server) signUp(c *Call) error {
 	var in struct {

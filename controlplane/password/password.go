@@ -26,6 +26,11 @@ var Default = Params{Memory: 19 * 1024, Time: 2, Threads: 1}
 // MinLength is the shortest password accepted at sign-up.
 const MinLength = 12
 
+// MaxLength is the longest password (in characters) accepted at sign-up and by
+// bootstrap-admin: it bounds the work of one hash, and sign-in refuses what is longer
+// than any password that can be set.
+const MaxLength = 1024
+
 // Hash returns the encoded argon2id hash of pw.
 func Hash(pw string) (string, error) {
 	return HashWith(pw, Default)
