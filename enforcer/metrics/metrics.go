@@ -78,6 +78,9 @@ type Metrics struct {
 	// (queue full, no reservation) are settlements lost: the alert TollgateSettlementsLost.
 	// left_in_spool (still unanswered in the spool when the enforcer stopped) is lost only
 	// when the spool goes with the process (the chart's emptyDir, whose alert counts it).
+	// unreadable_in_spool (the spool's torn records and unreadable settlements found at
+	// start, at least one settlement lost each: spool.UnreadableOutcome) is lost, and
+	// TollgateSettlementsLost counts it.
 	Settlements      *prometheus.CounterVec
 	SettledCostBasis *prometheus.CounterVec
 	// SettleRetries counts settlements put back to be sent again, one per settlement
@@ -199,7 +202,7 @@ var (
 	identityResults = []string{"hit", "miss", "negative_hit"}
 	recordSources   = []string{"redis", "resolve"}
 	startRejections = []string{"full", "member_share", "deadline", "cancelled", "settle_capacity", "closed", "controlplane"}
-	settleOutcomes  = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow", "left_in_spool"}
+	settleOutcomes  = []string{"settled", "duplicate", "promoted", "cost_conflict", "no_snapshot", "invalid", "epoch_changed", "voided", "abandoned", "overflow", "left_in_spool", "unreadable_in_spool"}
 	// MirrorRebuildActions: sent_again (the settlements answered in the window were
 	// sent again), not_needed (the control plane noted Postgres unchanged through a
 	// rebuild for Redis alone).
@@ -328,7 +331,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settlements_total",
-			Help: "Settlements finished, by outcome (settled, duplicate, promoted, cost_conflict, no_snapshot, invalid, epoch_changed, voided, abandoned, overflow, left_in_spool: still unanswered in the spool when the enforcer stopped, lost if the spool goes with the pod).",
+			Help: "Settlements finished, by outcome (settled, duplicate, promoted, cost_conflict, no_snapshot, invalid, epoch_changed, voided, abandoned, overflow, left_in_spool: still unanswered in the spool when the enforcer stopped, lost if the spool goes with the pod; unreadable_in_spool: lost in the spool, found at start as a torn record, one per segment whose rest is skipped (at least one settlement each), or as a settlement that could not be read).",
 		}, []string{"outcome"}),
 		SettledCostBasis: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_settled_cost_basis_total",

@@ -30,6 +30,7 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 		m.Settlements.WithLabelValues("abandoned"),
 		m.Settlements.WithLabelValues("overflow"),
 		m.Settlements.WithLabelValues("left_in_spool"),
+		m.Settlements.WithLabelValues("unreadable_in_spool"),
 	} {
 		if testutil.ToFloat64(c) != 0 {
 			t.Fatal("a fresh counter is not 0")
@@ -38,7 +39,7 @@ func TestNewCreatesTheKnownSeries(t *testing.T) {
 	for name, want := range map[string]int{
 		"tollgate_enforcer_decisions_total":          30, // every decision with each of its reasons
 		"tollgate_enforcer_check_duration_seconds":   5,  // one per decision
-		"tollgate_enforcer_settlements_total":        11,
+		"tollgate_enforcer_settlements_total":        12,
 		"tollgate_enforcer_speculative_starts_total": 3,
 		"tollgate_enforcer_settled_cost_basis_total": 5,
 		"tollgate_enforcer_invalidations_total":      4,

@@ -7,7 +7,9 @@
 // Durability: every record is written with one write(2) before the settlement is
 // queued, so a process crash (SIGKILL, OOM kill, panic) loses nothing that was written.
 // The file is fsync'd every SyncEvery and when a segment is closed: a kernel crash or
-// power loss can lose up to SyncEvery of settlements. Acknowledgements are never
+// power loss can lose up to SyncEvery of settlements; what Open then finds torn or
+// unreadable is logged at ERROR (SETTLEMENT LOST) and counted as lost
+// (UnreadableOutcome, at least one settlement per torn segment). Acknowledgements are never
 // synced on their own: losing one only makes a restart resend a settlement the control
 // plane already has, which it answers as a duplicate (settlements are idempotent by
 // request id).

@@ -187,7 +187,7 @@ func (s *Spool) path(n uint64) string {
 // they hold that no record acknowledges, in sequence order, each under its first copy's
 // segment and sequence number (live); it removes a compaction's leftover temporary file. It also sets s.seq past every
 // sequence number seen. A torn record (the process died while writing it, or the
-// machine lost unsynced data) ends its segment's reading.
+// machine lost unsynced data) ends its segment's reading, logged and counted (tornTail).
 func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 	entries, err := os.ReadDir(s.cfg.Dir)
 	if err != nil {
@@ -221,11 +221,11 @@ func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 			return nil, nil, nil, fmt.Errorf("spool: %w", err)
 		}
 		sizes[n] = int64(len(b))
-		for off := 0; off+headerLen <= len(b); {
+		off := 0
+		for off+headerLen <= len(b) {
 			size := int(binary.LittleEndian.Uint32(b[off:]))
 			sum := binary.LittleEndian.Uint32(b[off+4:])
 			if size < 9 || size > maxRecord || off+8+size > len(b) || crc32.Checksum(b[off+8:off+8+size], castagnoli) != sum {
-				s.log.Warn("spool: torn record; the rest of the segment is skipped", "file", s.path(n), "offset", off)
 				break
 			}
 			body := b[off+8 : off+8+size]
@@ -235,7 +235,9 @@ func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 			case kindSettle:
 				it := &internalv1.SettleItem{}
 				if err := proto.Unmarshal(body[9:], it); err != nil {
-					s.log.Warn("spool: unreadable settlement skipped", "file", s.path(n), "offset", off, "error", err)
+					s.m.Settlements.WithLabelValues(UnreadableOutcome).Inc()
+					s.log.Error("SETTLEMENT LOST: a settlement in the spool could not be read at start and is skipped; its request is not known",
+						"file", s.path(n), "segment", n, "offset", off, "bytes", 8+size, "sequence", seq, "error", err)
 				} else {
 					settled[seq], segOf[seq] = it, n
 				}
@@ -244,12 +246,43 @@ func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 			}
 			off += 8 + size
 		}
+		if off < len(b) {
+			s.tornTail(n, off, b[off:])
+		}
 	}
 	var found []Pending
 	for _, seq := range live(settled, acked) {
 		found = append(found, Pending{Ref: Ref{seg: segOf[seq], seq: seq}, Item: settled[seq]})
 	}
 	return segs, sizes, found, nil
+}
+
+// UnreadableOutcome is the outcome of tollgate_enforcer_settlements_total that counts
+// the settlements Open could not read back: one per settlement record that does not
+// unmarshal, and one per segment whose tail is torn (tornTail), which may have held more
+// (at least one is lost). The alert TollgateSettlementsLost counts it.
+const UnreadableOutcome = "unreadable_in_spool"
+
+// tornTail reports the bytes of segment n from off on, which do not read as a whole
+// record: a record cut short (the process died in the middle of its write, or the
+// machine lost what was not synced: its tail zeroed or cut), or corrupt bytes. The rest
+// of the segment is skipped, and whatever settlements it held are lost; they cannot be
+// told apart, so it counts one (UnreadableOutcome), at least one lost. The one exception
+// is an acknowledgement cut short at the very end of the segment, recognised by its
+// length and kind (an acknowledgement's record is headerLen bytes, and none follows it):
+// losing it costs a duplicate at most (the package comment), logged as a warning and not
+// counted. Until 2026-12-07 any torn tail was a warning, with no metric: a machine crash
+// lost settlements with nothing to alert on, and bytes after the last whole record
+// shorter than a header were skipped without a word.
+func (s *Spool) tornTail(n uint64, off int, rest []byte) {
+	if len(rest) >= 9 && len(rest) < headerLen && binary.LittleEndian.Uint32(rest) == 9 && rest[8] == kindAck {
+		s.log.Warn("spool: an acknowledgement cut short ends a segment; its settlement may be sent again (answered duplicate)",
+			"file", s.path(n), "segment", n, "offset", off, "bytes_skipped", len(rest))
+		return
+	}
+	s.m.Settlements.WithLabelValues(UnreadableOutcome).Inc()
+	s.log.Error("SETTLEMENT LOST: torn record in the spool at start; the rest of the segment is skipped, and the settlements it held (at least one, requests not known) are lost",
+		"file", s.path(n), "segment", n, "offset", off, "bytes_skipped", len(rest))
 }
 
 // live returns the sequence numbers of the settlements no record acknowledges, in
@@ -482,12 +515,18 @@ func (s *Spool) append(item *internalv1.SettleItem) (Ref, error) {
 // write appends one record to the current segment with a single write(2).
 func (s *Spool) write(kind byte, seq uint64, payload []byte) error {
 	n, err := s.f.Write(record(kind, seq, payload))
+	if err != nil && n > 0 && s.f.Truncate(s.segs[s.cur].bytes) == nil {
+		// A partial record is cut off again (a full disk writes part of one): left, it
+		// would read at start as a torn tail, counted as a settlement lost (tornTail),
+		// when this one is queued all the same.
+		n = 0
+	}
 	s.segs[s.cur].bytes += int64(n)
 	s.total += int64(n)
 	s.dirty = true
 	if err != nil && n > 0 {
-		// A partial record would end this segment's reading at start: whatever follows
-		// must go to a new segment.
+		// A partial record that could not be cut off would end this segment's reading at
+		// start: whatever follows must go to a new segment.
 		return errors.Join(err, s.rotate())
 	}
 	return err

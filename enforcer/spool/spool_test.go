@@ -2,7 +2,10 @@ package spool_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -661,5 +664,173 @@ func TestAppendDoesNotWaitForTheSecondsFsync(t *testing.T) {
 	}
 	if !free {
 		t.Fatal("the spool's lock is held during the fsync: every settlement written meanwhile waits for the disk")
+	}
+}
+
+// What a start cannot read back of the spool is a settlement lost, and says so: a torn
+// record (a machine crash cut or zeroed what was not synced, or the bytes are corrupt)
+// skips the rest of its segment, counted once in
+// tollgate_enforcer_settlements_total{outcome="unreadable_in_spool"} (at least one
+// settlement lost: the skipped bytes may hold several), and a settlement whose record is
+// whole but does not read is counted once; each is logged at ERROR with its segment,
+// offset and the bytes skipped, for TollgateSettlementsLost. An acknowledgement cut short
+// at a segment's end loses nothing (its settlement is sent again, a duplicate): a
+// warning, not counted. Until 2026-12-07 each was a warning only, with no metric.
+func TestUnreadableSpoolIsCountedAndLoggedAsLost(t *testing.T) {
+	// record builds a record of the spool's format (spool.go, "Record kinds").
+	record := func(kind byte, seq uint64, payload []byte) []byte {
+		rec := make([]byte, 17+len(payload))
+		binary.LittleEndian.PutUint32(rec, uint32(9+len(payload)))
+		rec[8] = kind
+		binary.LittleEndian.PutUint64(rec[9:], seq)
+		copy(rec[17:], payload)
+		binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], crc32.MakeTable(crc32.Castagnoli)))
+		return rec
+	}
+	for _, tc := range []struct {
+		name string
+		// tamper changes the only segment, of the settlements req_a, req_b, req_c (req_b
+		// acknowledged, the acknowledgement last), each record size bytes long.
+		tamper      func(t *testing.T, seg []byte, size int) []byte
+		want        []string
+		lost        float64
+		skipped     int // bytes_skipped of the ERROR line (0: none)
+		unreadables int // ERROR lines of a settlement that does not read
+	}{
+		{"cut mid-record", func(_ *testing.T, seg []byte, size int) []byte {
+			return seg[:2*size+40] // req_c's record cut in its middle (it is longer), no acknowledgement
+		}, []string{"req_a", "req_b"}, 1, 40, 0},
+		{"zeroed tail", func(_ *testing.T, seg []byte, size int) []byte {
+			clear(seg[size:]) // what was not synced reads as zeros: req_b, req_c and the acknowledgement
+			return seg
+		}, []string{"req_a"}, 1, 0, 0},
+		{"corrupt byte", func(_ *testing.T, seg []byte, size int) []byte {
+			seg[size+30] ^= 0xff // in req_b's record: its checksum fails, the rest is skipped
+			return seg
+		}, []string{"req_a"}, 1, 0, 0},
+		{"fragment shorter than a header", func(_ *testing.T, seg []byte, size int) []byte {
+			return append(seg, record('S', 99, []byte("x"))[:8]...) // the first bytes of another settlement
+		}, []string{"req_a", "req_c"}, 1, 8, 0},
+		{"settlement that does not read", func(_ *testing.T, seg []byte, size int) []byte {
+			return append(seg, record('S', 99, []byte{0xff, 0xff})...) // whole, its checksum right, no message
+		}, []string{"req_a", "req_c"}, 1, 0, 1},
+		{"acknowledgement cut short", func(_ *testing.T, seg []byte, _ int) []byte {
+			return seg[:len(seg)-5] // req_b's acknowledgement: req_b is sent again, nothing lost
+		}, []string{"req_a", "req_b", "req_c"}, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, _, _ := open(t, spool.Config{Dir: dir})
+			var refs []spool.Ref
+			for _, id := range []string{"req_a", "req_b", "req_c"} {
+				ref, ok := s.Append(item(id))
+				if !ok {
+					t.Fatal("append failed")
+				}
+				refs = append(refs, ref)
+			}
+			s.Ack(refs[1])
+			s.Close()
+			segs := segments(t, dir)
+			if len(segs) != 1 {
+				t.Fatalf("%d segments, want 1", len(segs))
+			}
+			b, err := os.ReadFile(segs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := (len(b) - 17) / 3
+			if err := os.WriteFile(segs[0], tc.tamper(t, b, size), 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			var logs bytes.Buffer
+			m := metrics.Discard()
+			s2, pending, err := spool.Open(spool.Config{Dir: dir}, m, slog.New(slog.NewJSONHandler(&logs, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			if got := ids(pending); !slices.Equal(got, tc.want) {
+				t.Fatalf("pending %v, want %v", got, tc.want)
+			}
+			if got := testutil.ToFloat64(m.Settlements.WithLabelValues(spool.UnreadableOutcome)); got != tc.lost {
+				t.Fatalf("settlements_total{outcome=%q} = %v, want %v", spool.UnreadableOutcome, got, tc.lost)
+			}
+			var errorLines, unreadables int
+			for line := range strings.Lines(logs.String()) {
+				var l map[string]any
+				if err := json.Unmarshal([]byte(line), &l); err != nil {
+					t.Fatal(err)
+				}
+				msg, _ := l["msg"].(string)
+				if !strings.Contains(msg, "SETTLEMENT LOST") {
+					if strings.Contains(msg, "torn") || strings.Contains(msg, "could not be read") {
+						t.Errorf("a loss not logged as SETTLEMENT LOST: %s", line)
+					}
+					continue
+				}
+				if l["level"] != "ERROR" {
+					t.Errorf("level %v, want ERROR: %s", l["level"], line)
+				}
+				errorLines++
+				if l["file"] != segs[0] || l["segment"] != float64(1) || l["offset"] == nil {
+					t.Errorf("the line does not name the segment and offset: %s", line)
+				}
+				if strings.Contains(msg, "could not be read") {
+					unreadables++
+					continue
+				}
+				if tc.skipped != 0 && l["bytes_skipped"] != float64(tc.skipped) {
+					t.Errorf("bytes_skipped %v, want %d: %s", l["bytes_skipped"], tc.skipped, line)
+				}
+			}
+			if errorLines != int(tc.lost) || unreadables != tc.unreadables {
+				t.Fatalf("%d SETTLEMENT LOST lines (%d unreadable settlements), want %v (%d):\n%s", errorLines, unreadables, tc.lost, tc.unreadables, logs.String())
+			}
+		})
+	}
+}
+
+// A settlement whose record the disk took only part of (full: here the file size limit,
+// RLIMIT_FSIZE, a few bytes past the segment's end) is queued all the same, counted
+// dropped: its partial record is cut off again, so that the next start does not read it
+// as a torn record and count a settlement lost that was not.
+func TestPartlyWrittenRecordIsCutOff(t *testing.T) {
+	dir := t.TempDir()
+	s, _, m := open(t, spool.Config{Dir: dir})
+	if _, ok := s.Append(item("req_a")); !ok {
+		t.Fatal("append failed")
+	}
+	seg := segments(t, dir)[0]
+	st, err := os.Stat(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var limit syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: uint64(st.Size()) + 20, Max: limit.Max}); err != nil {
+		t.Skipf("cannot lower the file size limit: %v", err)
+	}
+	_, ok := s.Append(item("req_b"))
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if ok || testutil.ToFloat64(m.SettleSpoolDropped.WithLabelValues("error")) != 1 {
+		t.Fatal("a settlement written in part was not counted dropped")
+	}
+	if _, ok := s.Append(item("req_c")); !ok {
+		t.Fatal("append after the limit was lifted failed")
+	}
+	s.Close()
+	s2, pending, m2 := open(t, spool.Config{Dir: dir})
+	defer s2.Close()
+	if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_c"}) {
+		t.Fatalf("pending %v, want [req_a req_c]", got)
+	}
+	if got := testutil.ToFloat64(m2.Settlements.WithLabelValues(spool.UnreadableOutcome)); got != 0 {
+		t.Fatalf("%v settlements counted lost for a record cut off while the process ran", got)
 	}
 }
