@@ -272,32 +272,12 @@ func alertRules(t *testing.T, keep func(group, alert string) bool) []testedRule 
 // Until 2026-12-07 the chart's alert read abandoned and overflow only: a rollout that
 // took settlements with its pods' emptyDirs was logged and never alerted.
 func TestSettlementsLostCountsASpoolThatGoesWithThePod(t *testing.T) {
-	fileRules := alertRules(t, func(_, alert string) bool { return alert == "TollgateSettlementsLost" })
-	if len(fileRules) != 1 {
-		t.Fatal("no TollgateSettlementsLost")
-	}
-	var pr struct {
-		Spec ruleFile `yaml:"spec"`
-	}
-	rendered := renderChart(t, []string{"prometheusrule.yaml"}, "--set", "secrets.existingSecret=creds", "--set", "metrics.prometheusRule.enabled=true")
-	if err := yaml.Unmarshal(rendered, &pr); err != nil {
-		t.Fatal(err)
-	}
-	var chartRules []testedRule
-	for _, g := range pr.Spec.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "TollgateSettlementsLost" {
-				chartRules = append(chartRules, testedRule{r.Alert, r.Expr, r.For, r.Labels})
-			}
-		}
-	}
-	if len(chartRules) != 1 {
-		t.Fatalf("the chart's PrometheusRule has %d TollgateSettlementsLost", len(chartRules))
-	}
+	fileRules, chartRules := settlementsLostRules(t)
 	series := []any{
 		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="left_in_spool"}`, "values": "0x4 3x10"},
 		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="abandoned"}`, "values": "0x14"},
 		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="overflow"}`, "values": "0x14"},
+		map[string]string{"series": `tollgate_enforcer_settlements_total{instance="enf-1",outcome="unreadable_in_spool"}`, "values": "0x14"},
 	}
 	lost := func(outcomes ...string) []any {
 		exp := []any{}
@@ -311,4 +291,72 @@ func TestSettlementsLostCountsASpoolThatGoesWithThePod(t *testing.T) {
 	}
 	promtoolTest(t, fileRules, "1m", series, lost(), "the file's TollgateSettlementsLost (a spool that outlives the container)")
 	promtoolTest(t, chartRules, "1m", series, lost("left_in_spool"), "the chart's TollgateSettlementsLost (an emptyDir spool)")
+}
+
+// settlementsLostRules are TollgateSettlementsLost as the file writes it and as the
+// chart's PrometheusRule installs it (with the spool, the chart's default).
+func settlementsLostRules(t *testing.T) (fileRules, chartRules []testedRule) {
+	t.Helper()
+	fileRules = alertRules(t, func(_, alert string) bool { return alert == "TollgateSettlementsLost" })
+	if len(fileRules) != 1 {
+		t.Fatal("no TollgateSettlementsLost")
+	}
+	var pr struct {
+		Spec ruleFile `yaml:"spec"`
+	}
+	rendered := renderChart(t, []string{"prometheusrule.yaml"}, "--set", "secrets.existingSecret=creds", "--set", "metrics.prometheusRule.enabled=true")
+	if err := yaml.Unmarshal(rendered, &pr); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "TollgateSettlementsLost" {
+				chartRules = append(chartRules, testedRule{r.Alert, r.Expr, r.For, r.Labels})
+			}
+		}
+	}
+	if len(chartRules) != 1 {
+		t.Fatalf("the chart's PrometheusRule has %d TollgateSettlementsLost", len(chartRules))
+	}
+	return fileRules, chartRules
+}
+
+// TestSettlementsLostCountsAnUnreadableSpool runs TollgateSettlementsLost, the file's and
+// the chart's, through `promtool test rules` on enforcers whose start found torn or
+// unreadable records in their spool (tollgate_enforcer_settlements_total{outcome=
+// "unreadable_in_spool"}, counted before the first scrape). enf-1 restarted under the
+// same address (its series goes on from 0: increase() sees it); enf-2 came back under a
+// new one (a pod recreated after a node crash: its series is new and already at 2, which
+// increase() cannot see); enf-3 is a new enforcer whose spool read whole (0). Each of the
+// first two fires from its start for 15 minutes, the third never. Until 2026-12-07 such
+// a loss was a warning in the log, with no metric and no alert.
+func TestSettlementsLostCountsAnUnreadableSpool(t *testing.T) {
+	fileRules, chartRules := settlementsLostRules(t)
+	unreadable := func(instance, values string) []any {
+		return []any{map[string]string{"series": `tollgate_enforcer_settlements_total{instance="` + instance + `",outcome="unreadable_in_spool"}`,
+			"values": values}}
+	}
+	lost := func(at string, firing bool) map[string]any {
+		exp := []any{}
+		if firing {
+			exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": "warning", "outcome": "unreadable_in_spool"}})
+		}
+		return map[string]any{"eval_time": at, "alertname": "TollgateSettlementsLost", "exp_alerts": exp}
+	}
+	restarted := unreadable("enf-1", "0x9 1x30")
+	readdressed := unreadable("enf-2", "_x10 2x30")
+	fresh := unreadable("enf-3", "_x10 0x30")
+	for _, rules := range []struct {
+		what  string
+		rules []testedRule
+	}{{"the file's", fileRules}, {"the chart's", chartRules}} {
+		for _, c := range []struct {
+			what   string
+			series []any
+			fires  bool
+		}{{"restarted under its address", restarted, true}, {"back under a new address", readdressed, true}, {"a whole spool", fresh, false}} {
+			promtoolTest(t, rules.rules, "1m", c.series, []any{lost("5m", false), lost("11m", c.fires), lost("23m", c.fires), lost("30m", false)},
+				rules.what+" TollgateSettlementsLost, an enforcer "+c.what)
+		}
+	}
 }

@@ -78,7 +78,7 @@ func TestPrometheusRuleCarriesTheAlerts(t *testing.T) {
 			for _, r := range list(g, "rules") {
 				if str(r, "alert") == "TollgateSettlementsLost" {
 					m := r.(map[string]any)
-					m["expr"] = strings.Replace(m["expr"].(string), `outcome=~"abandoned|overflow"`, `outcome=~"abandoned|overflow|left_in_spool"`, 1)
+					m["expr"] = strings.Replace(m["expr"].(string), `outcome=~"abandoned|overflow|unreadable_in_spool"`, `outcome=~"abandoned|overflow|unreadable_in_spool|left_in_spool"`, 1)
 					widened++
 				}
 			}
