@@ -367,3 +367,66 @@ func TestCaddyForwardAuthAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
 		}
 	})
 }
+
+// TestCaddyForwardAuthCopiesOnlyTheHeadersCheckSent: /check admits an unidentified request
+// in fail-open mode without a request id (gate.go, an "unidentified" fail-open admission),
+// and may admit without a usage state. Caddy 2.6's copy_headers then set the upstream's
+// header to the placeholder's own text, "{http.reverse_proxy.header.X-Service-Request-Id}",
+// which a reporter sent to /settle as an unknown request id. The upstream sees no header
+// /check did not send (nor the client's own), and the ones it sent as they were.
+func TestCaddyForwardAuthCopiesOnlyTheHeadersCheckSent(t *testing.T) {
+	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
+	check := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test-Admit-With") == "id" {
+			rw.Header().Set("X-Service-Request-Id", "req_01jd6xk0gbf7fv2t9m0yhx3w1e")
+		}
+		if r.Header.Get("X-Test-Admit-With") != "" {
+			rw.Header().Set("X-Service-Usage-State", "unknown")
+		}
+		rw.WriteHeader(200)
+	}))
+	defer check.Close()
+	upstream := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(map[string][]string{
+			"id": r.Header.Values("X-Service-Request-Id"), "state": r.Header.Values("X-Service-Usage-State")})
+	}))
+	defer upstream.Close()
+	caddyAddr, caddyLog := startCaddyForwardAuth(t, caddy, strings.TrimPrefix(check.URL, "http://"), strings.TrimPrefix(upstream.URL, "http://"), nil)
+
+	for _, tc := range []struct {
+		admitWith      string
+		wantID         []string
+		wantState      []string
+		wantStateToClt string
+	}{
+		{admitWith: "", wantID: nil, wantState: nil},
+		{admitWith: "state", wantID: nil, wantState: []string{"unknown"}, wantStateToClt: "unknown"},
+		{admitWith: "id", wantID: []string{"req_01jd6xk0gbf7fv2t9m0yhx3w1e"}, wantState: []string{"unknown"}, wantStateToClt: "unknown"},
+	} {
+		req, _ := http.NewRequest("POST", "http://"+caddyAddr+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[]}`))
+		req.Header.Set("X-Api-Key", "tgk_anything")
+		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient")
+		req.Header.Set("X-Service-Usage-State", "within_limit") // the client's, never the upstream's
+		if tc.admitWith != "" {
+			req.Header.Set("X-Test-Admit-With", tc.admitWith)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen struct{ ID, State []string }
+		err = json.NewDecoder(res.Body).Decode(&seen)
+		res.Body.Close()
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("admitted with %q: %d %v\n%s", tc.admitWith, res.StatusCode, err, caddyLog)
+		}
+		if fmt.Sprint(seen.ID) != fmt.Sprint(tc.wantID) || fmt.Sprint(seen.State) != fmt.Sprint(tc.wantState) {
+			t.Errorf("admitted with %q: the upstream saw X-Service-Request-Id %q, X-Service-Usage-State %q; want %q, %q",
+				tc.admitWith, seen.ID, seen.State, tc.wantID, tc.wantState)
+		}
+		if got := res.Header.Values("X-Service-Usage-State"); fmt.Sprint(got) != fmt.Sprint(strings.Fields(tc.wantStateToClt)) {
+			t.Errorf("admitted with %q: the client got X-Service-Usage-State %q, want %q", tc.admitWith, got, tc.wantStateToClt)
+		}
+	}
+}
