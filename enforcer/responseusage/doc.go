@@ -35,9 +35,11 @@
 //
 //   - openai-chat: OpenAI chat/completions and legacy completions JSON,
 //     usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens
-//     and .cache_write_tokens}, and total_tokens: the output is at least what the total
-//     leaves beyond the prompt (xAI leaves a reasoning model's thinking out of
-//     completion_tokens, which OpenAI counts it in, and counts it in the total); the
+//     and .cache_write_tokens}, DeepSeek's prompt_cache_hit_tokens (the cached input
+//     where cached_tokens is absent, at most prompt_tokens), and total_tokens: the
+//     output is at least what the total leaves beyond the prompt (xAI leaves a
+//     reasoning model's thinking out of completion_tokens, which OpenAI counts it in,
+//     and counts it in the total); the
 //     usage's cost, OpenRouter's usage.cost (USD), Perplexity's usage.cost.total_cost
 //     (its cost an object of parts) or xAI's usage.cost_in_usd_ticks (an integer of
 //     1e-10 USD, in the Responses API's usage too), is the upstream's cost (CostMicroUSD),

@@ -93,6 +93,7 @@ func FuzzExtractJSON(f *testing.F) {
 		`{"usageMetadata":{"promptTokenCount":8},"usage":{"prompt_tokens":1},"modelVersion":"a","model":"b","candidates":[{"finishReason":1}]}`,
 		`{"type":"message","usage":{"input_tokens":1,"cache_creation_input_tokens":9,"cache_creation":{"ephemeral_1h_input_tokens":4,"ephemeral_1h_input_tokens":7}},"message":{"usage":{"cache_creation":{"ephemeral_1h_input_tokens":2}}}}`,
 		`{"object":"chat.completion","service_tier":"priority","service_tier":"pri\u006frity","usage":{"prompt_tokens":1,"completion_tokens":2},"response":{"service_tier":"priority"}}`,
+		`{"object":"chat.completion","usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_cache_hit_tokens":12,"prompt_cache_hit_tokens":"3","prompt_cache_miss_tokens":1},"response":{"usage":{"prompt_cache_hit_tokens":4}}}`,
 		`{"text":"Hello there.","usage":{"type":"duration","seconds":9.0001}}`,
 		`{"task":"transcribe","duration":9.21,"segments":[{"text":" a","seconds":1}],"usage":{"type":"duration","seconds":0.0004,"seconds":9223372036854775.807},"usage":{"seconds":-1.5e3}}`,
 		`{"usage":{"seconds":0.00000,"seconds":9e1,"seconds":92233720368547758.07,"seconds":"9"},"message":{"usage":{"seconds":1.5}}}`,

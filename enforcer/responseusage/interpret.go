@@ -679,7 +679,14 @@ func (a *accumulator) fill(u *Usage) {
 			in = saturate.Add(in, toolUse)
 		}
 	}
-	cached, _ := a.u.get(cachedTok)
+	cached, hasCached := a.u.get(cachedTok)
+	if a.fam == famChat && !hasCached && hasIn {
+		// DeepSeek reports its cache hits as prompt_cache_hit_tokens, a part of
+		// prompt_tokens: the cached input when prompt_tokens_details.cached_tokens does
+		// not say it (never the two added), never more than the input.
+		hits, _ := a.u.get(tokCacheHit)
+		cached = min(hits, in)
+	}
 	if a.fam == famAnthropic || a.fam == famResponses || a.fam == famGemini {
 		// Web searches are billed apart: Anthropic's usage.server_tool_use.
 		// web_search_requests, OpenAI's web_search_call output items, Gemini's

@@ -353,6 +353,9 @@ func oracleUsage(obj []member) (usageFields, bool) {
 					report(t, m.val)
 				}
 			}
+			if m.key == "prompt_cache_hit_tokens" { // DeepSeek's cache hits
+				report(tokCacheHit, m.val)
+			}
 			if t, ok := converseKeys[m.key]; ok {
 				if _, valid := plainCount(m.val); valid {
 					converse = true

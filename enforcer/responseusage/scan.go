@@ -109,6 +109,7 @@ const (
 	kTotalCost    // Perplexity: usage.cost.total_cost (its cost as an object of parts)
 	kCostTicks    // xAI: usage.cost_in_usd_ticks (its cost in ticks of 1e-10 USD)
 	kPages        // Mistral's OCR: usage_info.pages_processed (tokPages)
+	kCacheHit     // DeepSeek: usage.prompt_cache_hit_tokens (tokCacheHit)
 	kContainerID  // OpenAI: a code interpreter call's (a shell call's environment's) container_id
 	kEnvironment  // OpenAI: a shell call's environment
 	kItem         // OpenAI: an output item event's item
@@ -225,6 +226,12 @@ const (
 	// answer that reported both would be read as the larger, charged as whichever its
 	// family bills, never below either.
 	tokPages = tokWebSearches
+	// tokCacheHit is DeepSeek's usage.prompt_cache_hit_tokens: the part of prompt_tokens
+	// read from its cache, which a chat usage without prompt_tokens_details.cached_tokens
+	// bills as cached input (accumulator.fill). It shares the slot of OpenAI Responses'
+	// input_tokens_details.cached_tokens, which no chat usage reads (a slot's cost:
+	// tokCacheWritePart).
+	tokCacheHit = tokCachedInput
 )
 
 // usageFields.has holds a bit per count.
@@ -334,6 +341,8 @@ func keyID(b []byte) uint8 {
 		return kTok0 + tokCacheRead
 	case "cache_creation_input_tokens":
 		return kTok0 + tokCacheCreation
+	case "prompt_cache_hit_tokens":
+		return kCacheHit
 	// Gemini's counts, by generateContent's names and by the Interactions API's
 	// (usage.total_*_tokens: the same counts, each apart from the others).
 	case "promptTokenCount", "total_input_tokens":
@@ -2280,6 +2289,9 @@ func usageMember(root, k uint8) target {
 	if k == kPages && root == rootTop {
 		// Mistral's OCR answer is one JSON document, its usage_info at the top level.
 		return target{kind: tgTok, root: root, tok: tokPages}
+	}
+	if k == kCacheHit {
+		return target{kind: tgTok, root: root, tok: tokCacheHit}
 	}
 	if isDetail(k) {
 		return target{kind: tgDetail, root: root}

@@ -2252,6 +2252,53 @@ func TestGroqStreamWithoutIncludeUsage(t *testing.T) {
 	}
 }
 
+// TestDeepSeekCacheHitTokens: DeepSeek's OpenAI-compatible usage reports its cache hits
+// as prompt_cache_hit_tokens (and the rest as prompt_cache_miss_tokens), a part of
+// prompt_tokens, with or without prompt_tokens_details.cached_tokens. Without the latter,
+// the hits are the cached input (before, they were charged at the full input price),
+// never more than prompt_tokens; with it, cached_tokens alone counts, never the two
+// added. In a JSON answer and in a stream's last chunk alike.
+func TestDeepSeekCacheHitTokens(t *testing.T) {
+	chat := func(in, out, cached int64) Usage {
+		return Usage{Model: "deepseek-chat", InputTokens: in, OutputTokens: out, CachedInputTokens: cached, Complete: true,
+			Format: FormatOpenAIChat, InputReported: true, OutputReported: true}
+	}
+	for _, tc := range []struct {
+		name, usage string
+		want        Usage
+	}{
+		{"hits alone", `{"prompt_tokens":1200,"completion_tokens":10,"total_tokens":1210,"prompt_cache_hit_tokens":1024,"prompt_cache_miss_tokens":176}`,
+			chat(1200, 10, 1024)},
+		{"hits before the counts", `{"prompt_cache_hit_tokens":1024,"prompt_cache_miss_tokens":176,"prompt_tokens":1200,"completion_tokens":10}`,
+			chat(1200, 10, 1024)},
+		{"no hit", `{"prompt_tokens":1200,"completion_tokens":10,"prompt_cache_hit_tokens":0,"prompt_cache_miss_tokens":1200}`,
+			chat(1200, 10, 0)},
+		{"cached_tokens too: it alone", `{"prompt_tokens":1200,"completion_tokens":10,"prompt_cache_hit_tokens":1024,"prompt_cache_miss_tokens":176,"prompt_tokens_details":{"cached_tokens":1024}}`,
+			chat(1200, 10, 1024)},
+		{"cached_tokens first, smaller: it alone", `{"prompt_tokens_details":{"cached_tokens":512},"prompt_tokens":1200,"completion_tokens":10,"prompt_cache_hit_tokens":1024}`,
+			chat(1200, 10, 512)},
+		{"hits beyond the prompt: at most it", `{"prompt_tokens":100,"completion_tokens":10,"prompt_cache_hit_tokens":1024}`,
+			chat(100, 10, 100)},
+		{"hits without a prompt count: none", `{"completion_tokens":10,"prompt_cache_hit_tokens":1024}`,
+			Usage{Model: "deepseek-chat", OutputTokens: 10, Format: FormatOpenAIChat, OutputReported: true}},
+		{"misses are no hits", `{"prompt_tokens":1200,"completion_tokens":10,"prompt_cache_miss_tokens":1200}`,
+			chat(1200, 10, 0)},
+	} {
+		t.Run(tc.name+", json", func(t *testing.T) {
+			body := `{"id":"930c60df","object":"chat.completion","created":1786530508,"model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"stop"}],"usage":` + tc.usage + `,"system_fingerprint":"fp_1"}`
+			checkWholeAndBytewise(t, ctJSON, body, true, tc.want)
+		})
+		t.Run(tc.name+", stream", func(t *testing.T) {
+			body := `data: {"id":"930c60df","object":"chat.completion.chunk","created":1786530508,"model":"deepseek-chat","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}],"usage":null}` + "\n\n" +
+				`data: {"id":"930c60df","object":"chat.completion.chunk","created":1786530508,"model":"deepseek-chat","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}],"usage":` + tc.usage + `}` + "\n\n" +
+				"data: [DONE]\n\n"
+			want := tc.want
+			want.Format, want.TextBytes = FormatOpenAIChatSSE, 2
+			checkWholeAndBytewise(t, ctSSE, body, true, want)
+		})
+	}
+}
+
 // TestXAICostInTicks: xAI reports what it billed (tokens, cache discounts and its server-side
 // tools: web and X search, code execution) as usage.cost_in_usd_ticks, in ticks of 1e-10
 // USD; it is the upstream's cost, rounded up to micro-USD, in chat completions, the
