@@ -76,9 +76,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(w, res.Body)
 		return
 	}
-	r.Header.Del("X-Service-Request-Id")
 	p.swapCredentials(r.Header)
+	// Only what /check sent: none when it sent none (a fail-open admission of an
+	// unidentified request has no request id), never the client's own.
 	for _, h := range forwarded {
+		r.Header.Del(h)
 		if v := res.Header.Get(h); v != "" {
 			r.Header.Set(h, v)
 		}

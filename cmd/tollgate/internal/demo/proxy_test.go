@@ -236,3 +236,46 @@ func TestProxyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
 		t.Fatalf("%d %v\n%s", res.StatusCode, res.Header, body)
 	}
 }
+
+// The built-in proxy copies only the headers /check sent, as the Caddyfile does: /check
+// admits an unidentified request in fail-open mode without a request id, and may admit
+// without a usage state; the client's own X-Service-Request-Id and X-Service-Usage-State
+// never reach the upstream.
+func TestProxyCopiesOnlyTheHeadersCheckSent(t *testing.T) {
+	for _, sent := range []map[string]string{
+		{},
+		{"X-Service-Usage-State": "unknown"},
+		{"X-Service-Request-Id": "req_1", "X-Service-Usage-State": "within_limit"},
+	} {
+		enf := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k, v := range sent {
+				w.Header().Set(k, v)
+			}
+		}))
+		var got http.Header
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() }))
+		px := Proxy{CheckURL: enf.URL + "/check", Client: http.DefaultClient}
+		px.Upstream, _ = url.Parse(up.URL)
+		srv := httptest.NewServer(&px)
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", nil)
+		req.Header.Set("X-Api-Key", "tgk_k")
+		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient")
+		req.Header.Set("X-Service-Usage-State", "within_limit")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		srv.Close()
+		up.Close()
+		enf.Close()
+		for _, h := range []string{"X-Service-Request-Id", "X-Service-Usage-State"} {
+			if g, w := strings.Join(got.Values(h), ","), sent[h]; g != w {
+				t.Errorf("/check sent %v: the upstream saw %s %q, want %q", sent, h, g, w)
+			}
+		}
+		if g, w := res.Header.Get("X-Service-Usage-State"), sent["X-Service-Usage-State"]; g != w {
+			t.Errorf("/check sent %v: the client got X-Service-Usage-State %q, want %q", sent, g, w)
+		}
+	}
+}
