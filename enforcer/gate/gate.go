@@ -409,6 +409,27 @@ func (h Hint) WithUpstreamHost(host string) Hint {
 	return h
 }
 
+// WithModel is h running model, the model the front door's own configuration says the
+// request's path runs whatever its body names (a gateway route's Azure OpenAI
+// deployment, requestbody.AzureDeployment: Azure runs the deployment's model): it, not
+// the body's, is checked against the unpriced-model rule, its worst case reserved (an
+// image generation's images priced at it) and noted for the settlement. A body the hint
+// did not read (an upload, a body that is no JSON object) gets an unread estimate naming
+// it, as a path's model does (BodyHint). "" returns h as it is.
+func (h Hint) WithModel(model string, body []byte, path string) Hint {
+	if model == "" {
+		return h
+	}
+	if h.Body == nil {
+		h.Body = &estimate.Request{Unread: true}
+	}
+	h.Body.Model = model
+	if !h.Body.Unread {
+		h.Body.ImageOutputTokens = requestbody.ImageOutputTokens(path, body, model)
+	}
+	return h
+}
+
 // WithTierHeaders is h with the dearer tiers a request asks for by its headers, which
 // its body cannot say: an Amazon Bedrock InvokeModel request's serviceTier and latency
 // (requestbody.HeaderBedrockServiceTier, HeaderBedrockLatency: its body is the model's

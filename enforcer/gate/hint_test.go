@@ -199,3 +199,22 @@ func TestOutputCapOfTheEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// The model a front door's configuration says a path runs (an Azure deployment's) wins
+// over the body's, an image generation's images priced at it; a body not read gets an
+// unread estimate naming it; "" changes nothing.
+func TestHintWithModel(t *testing.T) {
+	const path = "/openai/deployments/img/images/generations"
+	body := []byte(`{"prompt":"a gate","size":"1024x1024","quality":"high","n":2}`)
+	h := gate.BodyHint(body, path, "r.openai.azure.com").WithModel("gpt-image-1", body, path)
+	if h.Body.Model != "gpt-image-1" || h.Body.ImageOutputTokens != requestbody.ImageOutputTokens(path, body, "gpt-image-1") || h.Body.ImageOutputTokens == 0 {
+		t.Fatalf("%+v", h.Body)
+	}
+	if h := (gate.Hint{}).WithModel("whisper-1", nil, "/openai/deployments/w/audio/transcriptions"); h.Body == nil || !h.Body.Unread || h.Body.Model != "whisper-1" {
+		t.Fatalf("an upload: %+v", h.Body)
+	}
+	chat := []byte(`{"model":"gpt-4o-mini","messages":[]}`)
+	if h := gate.BodyHint(chat, "/v1/chat/completions", "").WithModel("", chat, ""); h.Body.Model != "gpt-4o-mini" {
+		t.Fatalf("no model given: %+v", h.Body)
+	}
+}

@@ -597,7 +597,10 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	// object and is not one is refused before the check, as a corrupt compressed body
 	// is (requestbody.TrimBOM, MalformedRefusal).
 	body = requestbody.TrimBOM(body)
-	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithUpstreamHost(p.route.Upstream.Host).
+	// A declared Azure OpenAI deployment's model wins over the body's (Route.Deployments).
+	p.deployModel = p.route.deploymentModel(r.URL.Path)
+	hint := gate.BodyHint(body, r.URL.Path, p.route.Upstream.Host).WithModel(p.deployModel, body, r.URL.Path).
+		WithUpstreamHost(p.route.Upstream.Host).
 		WithTierHeaders(r.Header.Get(requestbody.HeaderBedrockServiceTier), r.Header.Get(requestbody.HeaderBedrockLatency),
 			r.Header.Get(requestbody.HeaderVertexSharedRequestType))
 	if hint.Malformed && !requestbody.Unbilled(r.Method, r.URL.Path) && !requestbody.GuardrailCheck(r.Method, r.URL.Path) {
@@ -892,6 +895,9 @@ type proxied struct {
 	upload   bool
 	form     *formSniffer
 	formPath string
+	// deployModel is the model of the route's Azure OpenAI deployment the path names
+	// (Route.Deployments), "" when it names none the route declares.
+	deployModel string
 	// stall bounds the silences of an upload's body as it streams upstream (uploadStall).
 	stall *uploadStall
 
@@ -1053,12 +1059,12 @@ func (p *proxied) forward(w http.ResponseWriter, r *http.Request) bool {
 	if est != nil && !p.unbilled && !p.guardrailCheck && !p.record(w, *est) {
 		return false
 	}
-	if est == nil && !p.upload && !p.unbilled && p.id != "" {
+	if (est == nil || p.deployModel != "" && est.Unread) && !p.upload && !p.unbilled && p.id != "" {
 		// A form read whole (it came compressed, so it was decoded here and not streamed
 		// past the form reader): its model and an image edit's images are noted from its
 		// bytes, as ext_proc notes a form Envoy buffered (requestbody.Form.Request).
 		if boundary := requestbody.FormBoundary(r.Header.Get("Content-Type")); boundary != "" {
-			if req := requestbody.ReadForm(bytes.NewReader(body), boundary).Request(r.URL.Path); req.Model != "" || req.ImageOutputTokens > 0 {
+			if req := p.formRequest(requestbody.ReadForm(bytes.NewReader(body), boundary), r.URL.Path); req.Model != "" || req.ImageOutputTokens > 0 {
 				gw.tracker.RecordRequest(p.id, req)
 			}
 		}
@@ -1989,13 +1995,23 @@ func (p *proxied) formSaid(u *inflight.Usage) {
 	if p.form == nil {
 		return
 	}
-	req := p.form.Said().Request(p.formPath)
+	req := p.formRequest(p.form.Said(), p.formPath)
 	if u.Model == "" {
 		u.Model = req.Model
 	}
 	if p.id != "" && req.ImageOutputTokens > 0 {
 		p.gw.tracker.RecordRequest(p.id, req)
 	}
+}
+
+// formRequest is what form f on path notes for the settlement (requestbody.Form.Request),
+// at the declared Azure OpenAI deployment's model when the path names one (deployModel),
+// whatever model the form names.
+func (p *proxied) formRequest(f requestbody.Form, path string) estimate.Request {
+	if p.deployModel != "" {
+		f.Model = p.deployModel
+	}
+	return f.Request(path)
 }
 
 // hopByHop are the headers of one connection, never forwarded (RFC 9110 7.6.1).

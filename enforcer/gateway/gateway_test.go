@@ -103,6 +103,8 @@ type fakeTracker struct {
 	// finishedIDs are the ids of the requests finished, in the same order.
 	finishedIDs []string
 	recorded    []string
+	// requests are the requests recorded, whole.
+	requests []estimate.Request
 	// guardrailChecks are the body lengths of the guardrail checks recorded.
 	guardrailChecks []int64
 	followed        []string
@@ -125,6 +127,7 @@ func (f *fakeTracker) RecordRequest(id string, req estimate.Request) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recorded = append(f.recorded, req.Model)
+	f.requests = append(f.requests, req)
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,6 +42,24 @@ type Route struct {
 	// (requestbody.UsageUnasked: Mistral's API, OpenRouter); the routes file's includeUsage says it
 	// for any other upstream that refuses it.
 	AskStreamUsage bool
+	// Deployments are the models of the route's Azure OpenAI deployments, by name (the
+	// routes file's deployments). Azure runs a deployment's model whatever the body's
+	// "model" says, and its image and audio answers name none: a request whose path names
+	// one of them (requestbody.AzureDeployment) is checked, reserved and noted for its
+	// settlement at that model (deploymentModel). nil: every request is read as today.
+	Deployments map[string]string
+}
+
+// deploymentModel is the model of the Azure OpenAI deployment path names, when the route
+// declares it (Deployments); else "".
+func (rt *Route) deploymentModel(path string) string {
+	if len(rt.Deployments) == 0 {
+		return ""
+	}
+	if name, ok := requestbody.AzureDeployment(path); ok {
+		return rt.Deployments[name]
+	}
+	return ""
 }
 
 // NewRoute checks one route. header defaults to Authorization when a credential is given.
@@ -93,6 +112,9 @@ type routesFile struct {
 		// asked for their usage (Route.AskStreamUsage): false for an OpenAI-compatible
 		// upstream that refuses stream_options.
 		IncludeUsage *bool `yaml:"includeUsage"`
+		// Deployments maps the route's Azure OpenAI deployment names to the models they
+		// run (Route.Deployments).
+		Deployments map[string]string `yaml:"deployments"`
 		// Google: the route's credential is a Google access token (Vertex AI), from
 		// CredentialsFile or, when it is empty, Application Default Credentials.
 		Google *struct {
@@ -125,7 +147,8 @@ type routesFile struct {
 // found now, fetched at the first request; aws signs with SigV4 for its region
 // (package awsauth), the credentials fetched at the first request; oauth2's tokens
 // come from an OAuth client's credentials grant (package oauthclient), fetched at the
-// first request. Prefixes must be distinct.
+// first request. A route's deployments name the models of its Azure OpenAI deployments
+// (Route.Deployments), each entry checked (deployments). Prefixes must be distinct.
 func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 	var f routesFile
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
@@ -217,7 +240,39 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		if r.IncludeUsage != nil {
 			rt.AskStreamUsage = *r.IncludeUsage
 		}
+		if rt.Deployments, err = deployments(r.Deployments); err != nil {
+			return nil, fmt.Errorf("routes[%d]: deployments: %w", i, err)
+		}
 		out = append(out, rt)
+	}
+	return out, nil
+}
+
+// deployments checks a route's deployments: each a deployment's name (as it appears in
+// the path, /openai/deployments/{name}/..., without a slash) and the model it runs (a
+// model name as a body's would be, requestbody.CleanModel). Whether the catalog or the
+// organization prices that model is not asked: the unpriced-model rule judges it at
+// each request, as it would the body's. nil for none.
+func deployments(in map[string]string) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	names := slices.Sorted(maps.Keys(in)) // the first bad one, the same at every start
+	out := make(map[string]string, len(in))
+	for _, name := range names {
+		model := strings.TrimSpace(in[name])
+		switch {
+		case strings.TrimSpace(name) == "":
+			return nil, errors.New("a deployment with no name")
+		case name != strings.TrimSpace(name) || strings.ContainsAny(name, "/?#"):
+			return nil, fmt.Errorf("deployment %q: not a deployment name (no surrounding space, /, ? or #)", name)
+		case model == "":
+			return nil, fmt.Errorf("deployment %q: no model", name)
+		case requestbody.CleanModel(model) != model:
+			return nil, fmt.Errorf("deployment %q: model %q is not a model name (over %d bytes, invalid UTF-8 or a control character)",
+				name, model, requestbody.MaxModelBytes)
+		}
+		out[name] = model
 	}
 	return out, nil
 }

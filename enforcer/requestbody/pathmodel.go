@@ -145,3 +145,26 @@ func OutputCapKeys(path string) estimate.CapKey {
 	}
 	return 0
 }
+
+// AzureDeployment is the deployment an Azure OpenAI path names,
+// .../openai/deployments/{deployment}/... (behind a route prefix too; the name
+// unescaped, as Azure reads it), and whether the path is one. Azure runs the deployment's
+// model whatever the body's "model" says, and the answers of its image and audio
+// endpoints name none: a front door that knows the deployment's model from its own
+// configuration (the gateway's routes file, deployments) takes that one.
+func AzureDeployment(path string) (string, bool) {
+	path, _, _ = strings.Cut(path, "?")
+	const seg = "/openai/deployments/"
+	i := strings.Index(path, seg)
+	if i < 0 {
+		return "", false
+	}
+	name, _, found := strings.Cut(path[i+len(seg):], "/")
+	if !found || name == "" {
+		return "", false
+	}
+	if unescaped, err := url.PathUnescape(name); err == nil {
+		name = unescaped
+	}
+	return name, true
+}

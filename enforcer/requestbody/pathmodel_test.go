@@ -109,3 +109,21 @@ func TestRegionalEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// An Azure OpenAI path's deployment, behind a prefix too, unescaped; none elsewhere.
+func TestAzureDeployment(t *testing.T) {
+	for path, want := range map[string]string{
+		"/openai/deployments/my-gpt4o/chat/completions?api-version=2024-10-21": "my-gpt4o",
+		"/azure/openai/deployments/img/images/edits":                           "img",
+		"/openai/deployments/my%20dep/audio/transcriptions":                    "my dep",
+		"/openai/deployments//chat/completions":                                "",
+		"/openai/deployments/my-gpt4o":                                         "",
+		"/openai/v1/chat/completions":                                          "",
+		"/v1/chat/completions":                                                 "",
+	} {
+		got, ok := requestbody.AzureDeployment(path)
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q %v, want %q", path, got, ok, want)
+		}
+	}
+}
