@@ -108,7 +108,10 @@ type stream struct {
 	// routeIncludeUsage is what the route says of asking its streams for their usage
 	// (includeUsageOf), nil when it says nothing.
 	routeIncludeUsage *bool
-	hasContentLength  bool
+	// deployModel is the model of the Azure OpenAI deployment the path names, where the
+	// route's deployments attribute declares it (deploymentModelOf), else "".
+	deployModel      string
+	hasContentLength bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
 	// headersSeen: the stream's request headers came (a second is refused: Process);
@@ -208,6 +211,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		st.headersEnd = r.RequestHeaders.GetEndOfStream()
 		st.upstreamHost = upstreamHostOf(req.GetAttributes())
 		st.routeIncludeUsage = includeUsageOf(req.GetAttributes())
+		st.deployModel = deploymentModelOf(req.GetAttributes(), st.path)
 		if st.webSocket && st.requestID != "" && !st.s.AllowDeferred.Allows(requestbody.DeferredRealtime) {
 			// A WebSocket (the Realtime API) is relayed past ext_proc once upgraded: its
 			// messages, and the usage in them, are never seen here. Only the enforcer's
@@ -395,7 +399,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		body, replace = b, true
 		m.WithLabelValues("bom_dropped").Inc()
 	}
-	hint := gate.BodyHint(body, st.path, st.host())
+	hint := gate.BodyHint(body, st.path, st.host()).WithModel(st.deployModel, body, st.path)
 	if hint.Malformed {
 		st.refused(http.StatusBadRequest) // never sent upstream
 		m.WithLabelValues("malformed").Inc()
@@ -424,7 +428,7 @@ func (st *stream) requestBody(body []byte) *extprocv3.ProcessingResponse {
 		}
 		st.s.tracker.RecordRequest(st.requestID, *est)
 	}
-	if est == nil && st.noteForm(body) {
+	if (est == nil || st.deployModel != "" && est.Unread) && st.noteForm(body) {
 		m.WithLabelValues("form").Inc()
 	} else if est != nil && !est.Unread {
 		m.WithLabelValues("estimated").Inc()
@@ -495,7 +499,11 @@ func (st *stream) noteForm(body []byte) bool {
 	if boundary == "" {
 		return false
 	}
-	req := requestbody.ReadForm(bytes.NewReader(body), boundary).Request(st.path)
+	f := requestbody.ReadForm(bytes.NewReader(body), boundary)
+	if st.deployModel != "" {
+		f.Model = st.deployModel // Azure runs the deployment's, whatever the form names
+	}
+	req := f.Request(st.path)
 	if req.Model != "" || req.ImageOutputTokens > 0 {
 		st.s.tracker.RecordRequest(st.requestID, req)
 	}
@@ -583,6 +591,25 @@ func includeUsageOf(attrs map[string]*structpb.Struct) *bool {
 		return &routeNotAsks
 	}
 	return nil
+}
+
+// deploymentsAttribute is the name that ends the request attribute whose value maps the
+// route's Azure OpenAI deployments to the models they run, as the gateway's routes file
+// says it (deployments): deploy/envoy/envoy.yaml's
+// xds.route_metadata.filter_metadata['tollgate']['deployments'], a struct of strings.
+const deploymentsAttribute = "deployments"
+
+// deploymentModelOf is the model the route's deployments attribute (routeAttribute)
+// gives the Azure OpenAI deployment path names (requestbody.AzureDeployment), cleaned as
+// a body's model is; "" when the path names none, the route declares none, or its entry
+// is no model name.
+func deploymentModelOf(attrs map[string]*structpb.Struct, path string) string {
+	name, ok := requestbody.AzureDeployment(path)
+	if !ok {
+		return ""
+	}
+	v := routeAttribute(attrs, deploymentsAttribute).GetStructValue().GetFields()[name]
+	return requestbody.CleanModel(strings.TrimSpace(v.GetStringValue()))
 }
 
 // routeAttribute is the value of the request attribute whose key ends with name

@@ -1231,3 +1231,36 @@ func TestExtProcLearnsAnUpstreamRefusesStreamOptions(t *testing.T) {
 		t.Errorf("include_usage_refused counted %v, want 2", refused())
 	}
 }
+
+// A route's deployments attribute (as a gateway route's deployments) names the model of
+// each Azure OpenAI deployment: a request to a declared one is checked at that model,
+// whatever its body names; an undeclared deployment at its body's, as before.
+func TestExtProcReadsTheRoutesAzureDeployments(t *testing.T) {
+	e := enforcertest.New(t, enforcertest.Options{})
+	w := e.NewMember(enforcertest.DayLimit(1*enforcertest.USD, true))
+	e.CP.RefuseUnpriced(w.ID, true)
+	deployments, err := structpb.NewValue(map[string]any{"mystery": "mystery-model-9", "mini": "gpt-4o-mini"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := routeMetadata("deployments", deployments)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct{ deployment, refused string }{{"mystery", "mystery-model-9"}, {"mini", ""}, {"other", ""}} {
+		id, _ := e.Admit(t, w.Key)
+		resp := answerRequestBody(t, e, bodySpec{requestID: id, path: "/openai/deployments/" + tc.deployment + "/chat/completions?api-version=2024-10-21",
+			body: body, attributes: attrs})
+		if tc.refused == "" {
+			if resp.GetRequestBody() == nil {
+				t.Fatalf("%s: not let through: %v", tc.deployment, resp)
+			}
+			continue
+		}
+		if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 403 {
+			t.Fatalf("%s: want a 403 immediate response, got %v", tc.deployment, resp)
+		}
+		enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+		if got := e.CP.Receipt(id).Item.GetModel(); got != tc.refused {
+			t.Fatalf("refused as %q, want the deployment's %q", got, tc.refused)
+		}
+	}
+}
