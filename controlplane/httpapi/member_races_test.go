@@ -297,7 +297,6 @@ func TestMemberChangesUseTheCallersRoleAtTheirTime(t *testing.T) {
 func TestAccessWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	ctx := context.Background()
 	o := e.NewOrg(t, "Acme")
 	accomplice := e.AddMember(t, o, "acco", "member")
 	mkt := newMarketplace(t, e, o, "Engineering")
@@ -321,27 +320,7 @@ func TestAccessWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 		for _, w := range writes {
 			t.Run(ch.name+" "+w.name, func(t *testing.T) {
 				admin := e.AddMember(t, o, "adam", "admin")
-				hold, err := e.Store.Pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer hold.Rollback(ctx) //nolint:errcheck
-				if _, err := hold.Exec(ctx, w.lock); err != nil {
-					t.Fatal(err)
-				}
-				answered := make(chan *apitest.Resp, 1)
-				go func() { answered <- w.request(admin) }()
-				awaitLockWaits(t, e, 1)
-				if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
-					t.Fatal(err)
-				}
-				if err := hold.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				r := <-answered
-				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
-					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
-				}
+				refusedAfterCallerChange(t, e, ch, admin, false, func() *apitest.Resp { return w.request(admin) }, w.lock)
 				if n := count(t, e, w.wrote, "member_id = $1", accomplice.MemberID); n != 0 {
 					t.Fatalf("%d rows of %s written for the accomplice", n, w.wrote)
 				}
@@ -352,12 +331,14 @@ func TestAccessWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 
 // callerChanges are what happens to an admin caller while their write waits, and what
 // the write must then answer: demoted, 403; removed, 404.
-var callerChanges = []struct {
+type callerChange struct {
 	name   string
 	sql    string // what happens to the caller meanwhile
 	status int
 	code   string
-}{
+}
+
+var callerChanges = []callerChange{
 	{"demoted", `UPDATE members SET role = 'member' WHERE id = $1`, http.StatusForbidden, "forbidden"},
 	{"removed", `UPDATE members SET removed_at = now() WHERE id = $1`, http.StatusNotFound, "organization_not_found"},
 }
@@ -373,7 +354,6 @@ var callerChanges = []struct {
 func TestPluginWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	ctx := context.Background()
 	o := e.NewOrg(t, "Acme")
 	writes := []struct {
 		name    string
@@ -412,31 +392,12 @@ func TestPluginWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 					addPlugin(t, e, mkt, map[string]any{"pluginId": plugin}, o.As()...).Expect(t, http.StatusCreated)
 				}
 				admin := e.AddMember(t, o, "adam", "admin")
-				hold, err := e.Store.Pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer hold.Rollback(ctx) //nolint:errcheck
 				target := plugin
 				if w.onMkt {
 					target = mkt
 				}
-				if _, err := hold.Exec(ctx, w.lock, target); err != nil {
-					t.Fatal(err)
-				}
-				answered := make(chan *apitest.Resp, 1)
-				go func() { answered <- w.request(admin, mkt, plugin) }()
-				awaitLockWaits(t, e, 1)
-				if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
-					t.Fatal(err)
-				}
-				if err := hold.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				r := <-answered
-				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
-					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
-				}
+				refusedAfterCallerChange(t, e, ch, admin, false, func() *apitest.Resp { return w.request(admin, mkt, plugin) },
+					w.lock, target)
 				if w.changed(t, mkt, plugin) {
 					t.Fatal("the write went through")
 				}
@@ -453,7 +414,6 @@ func TestPluginWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 func TestTeamWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	ctx := context.Background()
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
 	writes := []struct {
@@ -477,31 +437,46 @@ func TestTeamWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 			t.Run(ch.name+" "+w.name, func(t *testing.T) {
 				team := createTeam(t, e, o, "Research "+ch.name+" "+w.name, bob)
 				admin := e.AddMember(t, o, "adam", "admin")
-				hold, err := e.Store.Pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer hold.Rollback(ctx) //nolint:errcheck
-				if _, err := hold.Exec(ctx, `SELECT 1 FROM teams WHERE id = $1 FOR UPDATE`, team); err != nil {
-					t.Fatal(err)
-				}
-				answered := make(chan *apitest.Resp, 1)
-				go func() { answered <- w.request(admin, team) }()
-				awaitLockWaits(t, e, 1)
-				if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
-					t.Fatal(err)
-				}
-				if err := hold.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				r := <-answered
-				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
-					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
-				}
+				refusedAfterCallerChange(t, e, ch, admin, false, func() *apitest.Resp { return w.request(admin, team) },
+					`SELECT 1 FROM teams WHERE id = $1 FOR UPDATE`, team)
 				if w.changed(t, team) {
 					t.Fatal("the write went through")
 				}
 			})
 		}
+	}
+}
+
+// refusedAfterCallerChange races request, an owner's or admin's write, with ch happening
+// to its caller admin: a transaction holds lock (with lockArgs), which the write waits
+// for, and ch commits before the write goes on, either with the lock (changeFirst: the
+// change and the lock in one transaction) or on its own while the write waits. The
+// write must then answer ch's refusal.
+func refusedAfterCallerChange(t *testing.T, e *apitest.Env, ch callerChange, admin apitest.Member, changeFirst bool,
+	request func() *apitest.Resp, lock string, lockArgs ...any) {
+	t.Helper()
+	ctx := context.Background()
+	hold := openTx(t, e)
+	if changeFirst {
+		if _, err := hold.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := hold.Exec(ctx, lock, lockArgs...); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan *apitest.Resp, 1)
+	go func() { answered <- request() }()
+	awaitLockWaits(t, e, 1)
+	if !changeFirst {
+		if _, err := e.Store.Pool.Exec(ctx, ch.sql, admin.MemberID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-answered; r.Status != ch.status || r.JSON(t)["error"] != ch.code {
+		t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
 	}
 }

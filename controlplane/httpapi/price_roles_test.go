@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -16,7 +15,6 @@ import (
 func TestPriceWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	ctx := context.Background()
 	o := e.NewOrg(t, "Acme")
 	price := func(n int64) map[string]any {
 		return map[string]any{"inputMicroUsdPerMillion": n, "outputMicroUsdPerMillion": n, "cachedInputMicroUsdPerMillion": n}
@@ -64,25 +62,7 @@ func TestPriceWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 			round++
 			t.Run(ch.name+" "+w.name, func(t *testing.T) {
 				admin := e.AddMember(t, o, fmt.Sprintf("adam%d", round), "admin")
-				// The caller's change and a lock the write takes, in one transaction: the
-				// write, sent meanwhile, waits for one of them, and the change commits first.
-				hold := openTx(t, e)
-				if _, err := hold.Exec(ctx, ch.sql, admin.MemberID); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := hold.Exec(ctx, w.lock, o.OrgID); err != nil {
-					t.Fatal(err)
-				}
-				answered := make(chan *apitest.Resp, 1)
-				go func() { answered <- w.request(admin) }()
-				awaitLockWaits(t, e, 1)
-				if err := hold.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				r := <-answered
-				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
-					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
-				}
+				refusedAfterCallerChange(t, e, ch, admin, true, func() *apitest.Resp { return w.request(admin) }, w.lock, o.OrgID)
 				if w.changed(t) {
 					t.Fatal("the write went through")
 				}

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -25,7 +24,6 @@ import (
 func TestUsageWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	ctx := context.Background()
 	changes := callerChanges
 	// Each write's setup makes the organization; changed reads back whether it wrote.
 	type fixture struct {
@@ -88,24 +86,8 @@ func TestUsageWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 				setUsed(t, e, f.bob, window.Day, 10)
 				f.req = decodeReset(t, submit(t, e, f.bob, bucketID(e, f.bob, window.Day), "please").Expect(t, http.StatusOK))
 				admin := e.AddMember(t, f.o, fmt.Sprintf("adam%d", round), "admin")
-
-				hold := openTx(t, e)
-				if _, err := hold.Exec(ctx, ch.sql, admin.MemberID); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := hold.Exec(ctx, `SELECT pg_advisory_xact_lock(7311005, hashtext($1))`, f.o.OrgID); err != nil {
-					t.Fatal(err)
-				}
-				answered := make(chan *apitest.Resp, 1)
-				go func() { answered <- w.request(f, admin) }()
-				awaitLockWaits(t, e, 1)
-				if err := hold.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				r := <-answered
-				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
-					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
-				}
+				refusedAfterCallerChange(t, e, ch, admin, true, func() *apitest.Resp { return w.request(f, admin) },
+					`SELECT pg_advisory_xact_lock(7311005, hashtext($1))`, f.o.OrgID)
 				if w.changed(t, f) {
 					t.Fatal("the write went through")
 				}
@@ -125,7 +107,6 @@ func TestUsageWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 func TestAccountingWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
-	ctx := context.Background()
 	l := ledgerFor(t, e)
 	o := e.NewOrg(t, "Acme")
 	bob := e.AddMember(t, o, "bob", "member")
@@ -169,25 +150,7 @@ func TestAccountingWritesUseTheCallersRoleAtTheirTime(t *testing.T) {
 			t.Run(ch.name+" "+w.name, func(t *testing.T) {
 				lock, arg := w.setup(t, round)
 				admin := e.AddMember(t, o, fmt.Sprintf("adam%d", round), "admin")
-				// The caller's change and a lock the write takes, in one transaction: the
-				// write, sent meanwhile, waits for one of them, and the change commits first.
-				hold := openTx(t, e)
-				if _, err := hold.Exec(ctx, ch.sql, admin.MemberID); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := hold.Exec(ctx, lock, arg); err != nil {
-					t.Fatal(err)
-				}
-				answered := make(chan *apitest.Resp, 1)
-				go func() { answered <- w.request(admin, round) }()
-				awaitLockWaits(t, e, 1)
-				if err := hold.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				r := <-answered
-				if r.Status != ch.status || r.JSON(t)["error"] != ch.code {
-					t.Fatalf("answered %d %s, want %d %s", r.Status, r.Body, ch.status, ch.code)
-				}
+				refusedAfterCallerChange(t, e, ch, admin, true, func() *apitest.Resp { return w.request(admin, round) }, lock, arg)
 				if w.changed(t, round) {
 					t.Fatal("the write went through")
 				}
