@@ -358,19 +358,11 @@ func TestReverseProxiesAnswerAnUnreachableGatewayInJSON(t *testing.T) {
 	// The gateway's stand-in: relays a provider's 502 and 503 as the gateway does, and
 	// is ready (/readyz, on the same port).
 	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/readyz":
+		if r.URL.Path == "/readyz" {
 			io.WriteString(w, "ok")
-		case "/v1/502":
-			w.Header().Set("Content-Type", "text/html")
-			w.WriteHeader(http.StatusBadGateway)
-			io.WriteString(w, "<html>the provider's own 502</html>")
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "7")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":{"type":"overloaded_error","message":"the provider's own 503"}}`)
+			return
 		}
+		testio.ProviderOwnErrors(w, r)
 	}))
 	defer gateway.Close()
 	up, err := url.Parse(gateway.URL)

@@ -297,19 +297,7 @@ func TestBrowserAppThroughCaddyForwardAuth(t *testing.T) {
 // Caddy's 502 when the provider cannot be reached is not called the enforcer's.
 func TestCaddyForwardAuthAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
 	caddy := testio.LookTool(t, "caddy", "apt-get install caddy")
-	upstream := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/v1/502":
-			rw.Header().Set("Content-Type", "text/html")
-			rw.WriteHeader(http.StatusBadGateway)
-			io.WriteString(rw, "<html>the provider's own 502</html>")
-		default:
-			rw.Header().Set("Content-Type", "application/json")
-			rw.Header().Set("Retry-After", "7")
-			rw.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(rw, `{"error":{"type":"overloaded_error","message":"the provider's own 503"}}`)
-		}
-	}))
+	upstream := httptest.NewServer(http.HandlerFunc(testio.ProviderOwnErrors))
 	defer upstream.Close()
 	post := func(t *testing.T, url, key, origin string) (*http.Response, string) {
 		t.Helper()
