@@ -339,6 +339,13 @@ func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]b
 	// the same invalidation: flightKey), so it must not die with the first caller's
 	// context; each caller still stops waiting when its own context ends.
 	ch := c.flight.DoChan(flightKey(&h, epoch), func() (any, error) {
+		// A call about h that ended between this lookup's miss and here has cached its
+		// answer and left the flight: that answer is this lookup's too. Without the
+		// look a cold enforcer's herd asked the control plane twice for a key now and
+		// then (241 calls for 240 keys, in CI).
+		if id, ok := c.fresh(&h, kind); ok {
+			return id, nil
+		}
 		return c.call(context.WithoutCancel(ctx), kind, h, epoch)
 	})
 	select {
@@ -350,6 +357,18 @@ func (c *Cache) ask(ctx context.Context, kind internalv1.CredentialKind, h [32]b
 	case <-ctx.Done():
 		return Identity{}, ctx.Err()
 	}
+}
+
+// fresh is the identity cached for credential h of kind while its entry lasts.
+func (c *Cache) fresh(h *[32]byte, kind internalv1.CredentialKind) (Identity, bool) {
+	s := c.shard(h)
+	s.mu.RLock()
+	e, ok := s.m[*h]
+	s.mu.RUnlock()
+	if !ok || e.kind != kind || !c.clk.Now().Before(e.expires) {
+		return Identity{}, false
+	}
+	return e.id, true
 }
 
 // call asks the control plane and caches the answer (unless an invalidation came

@@ -117,6 +117,21 @@ func TestCacheCoalescesConcurrentMisses(t *testing.T) {
 	}
 }
 
+// A lookup that missed just before another lookup's call about the same credential
+// ended finds the other call's answer cached instead of asking again: a cold
+// enforcer's herd of checks asks once per distinct key.
+func TestLookupThatMissedJustBeforeACallEndedTakesItsAnswer(t *testing.T) {
+	c, a, _ := setup(t)
+	want := lookup(t, c, "tgk_alice")
+	got, err := c.AskAfterMiss(context.Background(), apiKey, "tgk_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := a.calls.Load(); n != 1 || got != want {
+		t.Fatalf("%d Authenticate calls (want 1), answered %+v (want %+v)", n, got, want)
+	}
+}
+
 func TestCacheErrorIsNotUnknown(t *testing.T) {
 	c, a, _ := setup(t)
 	a.err = errors.New("control plane down")
