@@ -15,6 +15,8 @@ import (
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -29,6 +31,7 @@ func (x *exchange) authz(f Filter) bool {
 	defer cancel()
 	conn := x.p.conns[c.GetGrpcService().GetEnvoyGrpc().GetClusterName()]
 	req := x.checkRequest(c.GetEncodeRawHeaders())
+	x.withRouteMetadata(req, c.GetRouteMetadataContextNamespaces())
 	if wb := c.GetWithRequestBody(); wb != nil && !x.withBody(req, wb) {
 		return false
 	}
@@ -177,6 +180,24 @@ func (x *exchange) checkRequest(raw bool) *authv3.CheckRequest {
 		Source: peer(r.RemoteAddr), Destination: peer(local),
 		Request: &authv3.AttributeContext_Request{Time: timestamppb.Now(), Http: h},
 	}}
+}
+
+// withRouteMetadata adds the route's filter_metadata of the namespaces named (an
+// ext_authz's route_metadata_context_namespaces) to a check, as Envoy does: nothing for
+// a route without any of them.
+func (x *exchange) withRouteMetadata(req *authv3.CheckRequest, namespaces []string) {
+	var meta *corev3.Metadata
+	for _, ns := range namespaces {
+		s, ok := x.route.Metadata.GetFilterMetadata()[ns]
+		if !ok {
+			continue
+		}
+		if meta == nil {
+			meta = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+		}
+		meta.FilterMetadata[ns] = proto.Clone(s).(*structpb.Struct)
+	}
+	req.Attributes.RouteMetadataContext = meta
 }
 
 // withBody adds the request body to a check (with_request_body): Envoy buffers it first,

@@ -68,6 +68,9 @@ type Route struct {
 	RemoveHeaders []string
 	// PerFilter holds the route's typed_per_filter_config by filter name.
 	PerFilter map[string]PerFilter
+	// Metadata is the route's metadata: its filter_metadata namespaces named by an
+	// ext_authz's route_metadata_context_namespaces go with that filter's checks.
+	Metadata *corev3.Metadata
 }
 
 // PerFilter is a route's configuration of one filter.
@@ -175,7 +178,8 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		case *extauthzv3.ExtAuthz:
 			f.Authz = c
 			if extra := setFields(c, "grpc_service", "transport_api_version", "failure_mode_allow", "status_on_error",
-				"include_peer_certificate", "encode_raw_headers", "stat_prefix", "clear_route_cache", "with_request_body"); len(extra) > 0 {
+				"include_peer_certificate", "encode_raw_headers", "stat_prefix", "clear_route_cache", "with_request_body",
+				"route_metadata_context_namespaces"); len(extra) > 0 {
 				bad("ext_authz %s: %v are not emulated", f.Name, extra)
 			}
 			if err := checkGrpcService(c.GetGrpcService()); err != nil {
@@ -293,10 +297,15 @@ func checkMode(m *extprocfv3.ProcessingMode, observability bool) error {
 
 func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
 	var rt Route
-	// metadata is read by no filter emulated here (nor set by one).
+	// metadata goes to ext_authz (route_metadata_context_namespaces); ext_proc's
+	// request_attributes are not emulated.
 	if extra := setFields(r, "name", "match", "route", "typed_per_filter_config", "request_headers_to_remove", "metadata"); len(extra) > 0 {
 		return rt, fmt.Errorf("%v are not emulated", extra)
 	}
+	if extra := setFields(r.GetMetadata(), "filter_metadata"); len(extra) > 0 {
+		return rt, fmt.Errorf("metadata %v is not emulated", extra)
+	}
+	rt.Metadata = r.GetMetadata()
 	m := r.GetMatch()
 	if extra := setFields(m, "prefix", "path"); len(extra) > 0 {
 		return rt, fmt.Errorf("match %v is not emulated", extra)

@@ -1108,3 +1108,39 @@ func TestDeployedEnvoyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
 		t.Errorf("body %s", body)
 	}
 }
+
+// ext_authz's route_metadata_context_namespaces sends the matched route's
+// filter_metadata of those namespaces with the check, as Envoy does
+// (deploy/envoy/envoy.yaml names tollgate): a route without them sends none, and other
+// namespaces stay behind.
+func TestAuthzGetsTheRoutesMetadata(t *testing.T) {
+	cfg := strings.Replace(chain, `                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}`, `                        - match: {prefix: "/openai/"}
+                          route: {cluster: upstream}
+                          metadata:
+                            filter_metadata:
+                              tollgate: {upstream_host: acme.openai.azure.com, deployments: {big: gpt-4o}}
+                              other: {secret: x}
+                        - match: {prefix: "/"}
+                          route: {cluster: upstream, timeout: 60s}`, 1)
+	cfg = strings.Replace(cfg, `                      status_on_error: {code: ServiceUnavailable}`, `                      status_on_error: {code: ServiceUnavailable}
+                      route_metadata_context_namespaces: [tollgate]`, 1)
+	if cfg == chain {
+		t.Fatal("the test's configuration did not change")
+	}
+	e := setup(t, cfg, &processor{check: admit(&authv3.OkHttpResponse{})}, &upstream{answer: []string{"{}"}})
+	for _, path := range []string{"/openai/deployments/big/chat/completions", "/v1/chat/completions"} {
+		if res, body := post(t, e.url+path, `{"model":"m"}`, map[string]string{"X-Api-Key": "tgk_member"}); res.StatusCode != 200 {
+			t.Fatalf("%s: %d %q", path, res.StatusCode, body)
+		}
+	}
+	azure, other := e.proc.checks[0].GetAttributes().GetRouteMetadataContext(), e.proc.checks[1].GetAttributes().GetRouteMetadataContext()
+	fm := azure.GetFilterMetadata()
+	if len(fm) != 1 || fm["tollgate"].GetFields()["upstream_host"].GetStringValue() != "acme.openai.azure.com" ||
+		fm["tollgate"].GetFields()["deployments"].GetStructValue().GetFields()["big"].GetStringValue() != "gpt-4o" {
+		t.Errorf("the Azure route's check carried %v, want its tollgate metadata alone", azure)
+	}
+	if other != nil {
+		t.Errorf("a route without metadata sent %v", other)
+	}
+}

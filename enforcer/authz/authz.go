@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
@@ -189,9 +190,9 @@ type checkInput struct {
 	notUpstream []string
 }
 
-func inputOf(h *authv3.AttributeContext_HttpRequest) checkInput {
+func inputOf(h *authv3.AttributeContext_HttpRequest, route *structpb.Struct) checkInput {
 	hdrs := requestHeaders(h)
-	hint := hintOf(h, &hdrs)
+	hint := hintOf(h, &hdrs, route)
 	in := checkInput{cred: credentialsOf(&hdrs), hint: hint, acceptEncoding: hdrs[hdrAcceptEncoding],
 		streamed: requestbody.Streamed(h.GetPath(), hint.Body)}
 	// Envoy's :path holds the query, undecoded (the request's query attribute is left
@@ -218,7 +219,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	if f, refused := gate.MethodRefusal(h.GetMethod()); refused {
 		return FormDenied(f), nil
 	}
-	in := inputOf(h)
+	in := inputOf(h, RouteMetadata(req))
 	if in.unreadable != "" {
 		return FormDenied(gate.ResponseFormatRefusal(in.unreadable)), nil
 	}
@@ -237,14 +238,36 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 // regional host it was sent to, and the tiers a request asks for by its headers (an
 // InvokeModel request's X-Amzn-Bedrock-Service-Tier and
 // X-Amzn-Bedrock-PerformanceConfig-Latency, Vertex AI's
-// X-Vertex-AI-LLM-Shared-Request-Type), as the gateway reads them.
-func hintOf(h *authv3.AttributeContext_HttpRequest, hdrs *[numCheckHeaders]string) gate.Hint {
+// X-Vertex-AI-LLM-Shared-Request-Type), as the gateway reads them. The route's metadata
+// (RouteMetadata) names, as a gateway route does, the host its upstream is (priced at
+// that host, never at the client's authority) and the models of its Azure OpenAI
+// deployments: a request to a declared deployment is checked and reserved at the
+// deployment's model whatever its body names, with or without a body.
+func hintOf(h *authv3.AttributeContext_HttpRequest, hdrs *[numCheckHeaders]string, route *structpb.Struct) gate.Hint {
 	b := RequestBody(h)
-	if len(b) == 0 {
-		return gate.Hint{}
+	var hint gate.Hint
+	if len(b) > 0 {
+		hint = gate.BodyHint(b, h.GetPath(), h.GetHost())
 	}
-	return gate.BodyHint(b, h.GetPath(), h.GetHost()).
-		WithTierHeaders(hdrs[hdrBedrockServiceTier], hdrs[hdrBedrockLatency], hdrs[hdrVertexRequestType])
+	if route != nil {
+		hint = hint.WithModel(gate.RouteDeploymentModel(route.GetFields()[gate.RouteDeployments], h.GetPath()), b, h.GetPath())
+		if host := gate.RouteUpstreamHostOf(route.GetFields()[gate.RouteUpstreamHost]); host != "" {
+			hint = hint.WithUpstreamHost(host)
+		}
+	}
+	return hint.WithTierHeaders(hdrs[hdrBedrockServiceTier], hdrs[hdrBedrockLatency], hdrs[hdrVertexRequestType])
+}
+
+// RouteNamespace is the namespace of the route metadata the check reads:
+// filter_metadata: {tollgate: {...}} on an Envoy route, sent to ext_authz when its
+// route_metadata_context_namespaces names it (deploy/envoy/envoy.yaml). Its fields are
+// gate.RouteUpstreamHost and gate.RouteDeployments.
+const RouteNamespace = "tollgate"
+
+// RouteMetadata is the route's tollgate metadata Envoy sent with the check, nil when
+// it sent none.
+func RouteMetadata(req *authv3.CheckRequest) *structpb.Struct {
+	return req.GetAttributes().GetRouteMetadataContext().GetFilterMetadata()[RouteNamespace]
 }
 
 // RequestBody is the request body Envoy sent with the check: raw_body (pack_as_bytes),

@@ -240,7 +240,7 @@ func TestHintReadsBedrocksTierHeaders(t *testing.T) {
 		{"Vertex AI's priority", req(body, map[string]string{"x-vertex-ai-llm-shared-request-type": "priority"}), pricecatalog.Fast, true},
 		{"Vertex AI's flex", req(body, map[string]string{"x-vertex-ai-llm-shared-request-type": "flex"}), pricecatalog.Standard, true},
 	} {
-		h := inputOf(tc.req).hint
+		h := inputOf(tc.req, nil).hint
 		if (h.Body != nil) != tc.body || h.Body != nil && h.Body.AskedTier() != tc.want {
 			t.Errorf("%s: %+v, want the tier %v", tc.name, h.Body, tc.want)
 		}
@@ -278,7 +278,7 @@ func TestQueryKeysAndFieldMasksNeverGoUpstream(t *testing.T) {
 		{"no query", gen, map[string]string{"x-api-key": "tgk_k"}, gate.Credentials{APIKey: "tgk_k"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: tc.path, Headers: tc.headers})
+			in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: tc.path, Headers: tc.headers}, nil)
 			if in.cred != tc.cred || in.unreadable != "" {
 				t.Fatalf("read %+v (unreadable %q), want %+v", in.cred, in.unreadable, tc.cred)
 			}
@@ -319,11 +319,11 @@ func TestUnreadableAnswersAreRefusedBeforeTheCheck(t *testing.T) {
 		}
 	}
 	for _, path := range []string{"/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "/v1beta/models/gemini-2.5-pro:generateContent?$alt=json"} {
-		if in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: path}); in.unreadable != "" {
+		if in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: path}, nil); in.unreadable != "" {
 			t.Errorf("%s: refused for %q", path, in.unreadable)
 		}
 	}
-	if in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/v1beta/files/abc:download?alt=media"}); in.unreadable != "" {
+	if in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/v1beta/files/abc:download?alt=media"}, nil); in.unreadable != "" {
 		t.Errorf("a file's download refused for %q", in.unreadable)
 	}
 }
@@ -361,7 +361,7 @@ func TestEchoingMethodsAreRefusedBeforeTheCheck(t *testing.T) {
 func TestEnvoyRouterControlHeadersNeverReachTheRouter(t *testing.T) {
 	in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/chat/completions",
 		Headers: map[string]string{"x-api-key": "tgk_k", "x-envoy-retry-on": "5xx,reset", "x-envoy-max-retries": "10",
-			"x-envoy-upstream-rq-per-try-timeout-ms": "1000", "x-envoy-hedge-on-per-try-timeout": "true"}})
+			"x-envoy-upstream-rq-per-try-timeout-ms": "1000", "x-envoy-hedge-on-per-try-timeout": "true"}}, nil)
 	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
 	removed := New(nil, Upstream{}).admitted(&a, &in).GetOkResponse().GetHeadersToRemove()
 	for _, h := range []string{"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes",

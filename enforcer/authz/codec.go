@@ -9,13 +9,16 @@ import (
 	_ "google.golang.org/grpc/encoding/proto" // the codec this one delegates to
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Codec is the gRPC server codec of the enforcer: the proto codec, except that it sends
 // the refusals the server keeps (deniedCache) as encoded once, and decodes of a
 // CheckRequest only what Check reads (checkInput): the headers of checkHeaderNames
-// (credentials, Accept-Encoding, Bedrock's tier headers), the path, the host and the
-// body (when Envoy is configured to send it). Envoy sends every attribute of a request
+// (credentials, Accept-Encoding, Bedrock's tier headers), the path, the host, the
+// body (when Envoy is configured to send it) and the route's tollgate metadata (when
+// Envoy is configured to send it: route_metadata_context_namespaces). Envoy sends every attribute of a request
 // (peers, every header, metadata); decoding all of it took about 70 allocations and
 // most of the CPU of a check refused from memory. So the CheckRequest handed to Check
 // is partial: its Attributes.Request.Http holds those fields and nothing else. A
@@ -58,6 +61,8 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 const (
 	checkRequestAttributes = 1  // CheckRequest.attributes
 	attributesRequest      = 4  // AttributeContext.request
+	attributesRouteMeta    = 13 // AttributeContext.route_metadata_context
+	metadataFilterMetadata = 1  // Metadata.filter_metadata (map<string, Struct>)
 	requestHTTP            = 2  // AttributeContext.Request.http
 	httpMethod             = 2  // HttpRequest.method
 	httpHeaders            = 3  // HttpRequest.headers (map<string, string>)
@@ -103,6 +108,10 @@ type reads struct {
 	headerMap []kept
 	// The last occurrence of each.
 	method, path, host, body, rawBody []byte
+	// route: the route's tollgate metadata (RouteNamespace), the last entry's; nil when
+	// Envoy sent none (route_metadata_context_namespaces does not name it, or the route
+	// has none).
+	route []byte
 }
 
 type kept struct {
@@ -124,8 +133,18 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 			return err
 		}
 		for len(attrs) > 0 {
-			if request, attrs, err = nextField(attrs, attributesRequest); err != nil {
+			var num protowire.Number
+			if num, request, attrs, err = nextBytes(attrs); err != nil {
 				return err
+			}
+			if num == attributesRouteMeta {
+				if err := r.routeMetadata(request); err != nil {
+					return err
+				}
+				continue
+			}
+			if num != attributesRequest {
+				continue
 			}
 			for len(request) > 0 {
 				if http, request, err = nextField(request, requestHTTP); err != nil {
@@ -175,6 +194,13 @@ func decodeCheckRequest(b []byte, out *authv3.CheckRequest) error {
 	if len(r.rawBody) > 0 {
 		arena = append(arena, r.rawBody...)
 		p.http.RawBody = arena[len(arena)-len(r.rawBody) : len(arena) : len(arena)]
+	}
+	if r.route != nil {
+		route := &structpb.Struct{}
+		if err := proto.Unmarshal(r.route, route); err != nil { // copies what it keeps
+			return err
+		}
+		p.attrs.RouteMetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{RouteNamespace: route}}
 	}
 	if len(found) > 0 {
 		p.http.HeaderMap = &p.headers
@@ -244,6 +270,32 @@ func (r *reads) http(b []byte) error {
 					}
 					r.headerMap = append(r.headerMap, kept{i, value})
 				}
+			}
+		}
+	}
+	return nil
+}
+
+// routeMetadata reads one occurrence of AttributeContext.route_metadata_context: its
+// filter_metadata entry for RouteNamespace, if any.
+func (r *reads) routeMetadata(b []byte) error {
+	for len(b) > 0 {
+		entry, rest, err := nextField(b, metadataFilterMetadata)
+		if err != nil {
+			return err
+		}
+		b = rest
+		if entry == nil {
+			continue
+		}
+		key, value, _, err := headerFields(entry) // a map entry: key 1, value 2
+		if err != nil {
+			return err
+		}
+		if string(key) == RouteNamespace {
+			r.route = value
+			if r.route == nil {
+				r.route = []byte{} // an empty struct is still the route's
 			}
 		}
 	}

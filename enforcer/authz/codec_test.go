@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
@@ -52,7 +53,7 @@ func checkSameReads(t *testing.T, b []byte) *authv3.AttributeContext_HttpRequest
 		t.Fatalf("codec refused what proto decodes: %v", err)
 	}
 	fh, ph := full.GetAttributes().GetRequest().GetHttp(), partial.GetAttributes().GetRequest().GetHttp()
-	want, got := inputOf(fh), inputOf(ph)
+	want, got := inputOf(fh, RouteMetadata(&full)), inputOf(ph, RouteMetadata(&partial))
 	if got.cred != want.cred {
 		t.Fatalf("codec read %+v, a full decode %+v", got.cred, want.cred)
 	}
@@ -138,6 +139,52 @@ var codecCases = []struct {
 		req.GetAttributes().GetRequest().GetHttp().Method = "GET"
 		return req
 	}()},
+	// The route's metadata (route_metadata_context_namespaces): its tollgate namespace
+	// read, others skipped, the last entry of a namespace winning.
+	{"route metadata: an Azure deployment and the upstream host", withRoute(withBody(at(checkRequest(map[string]string{"api-key": "tgk_z"}),
+		"/openai/deployments/big/chat/completions?api-version=2024-10-21", "proxy.internal"), `{"model":"gpt-4o-mini","max_tokens":9}`, true),
+		map[string]any{"deployments": map[string]any{"big": "gpt-4o"}, "upstream_host": "acme.openai.azure.com"},
+		map[string]any{"upstream_host": "api.groq.com"})},
+	{"route metadata without a body", withRoute(at(checkRequest(map[string]string{"api-key": "tgk_z"}),
+		"/openai/deployments/big/images/generations", "proxy.internal"), map[string]any{"deployments": map[string]any{"big": "gpt-image-1"}}, nil)},
+	{"route metadata: the last entry wins", func() *authv3.CheckRequest {
+		req := withRoute(withBody(at(checkRequest(map[string]string{"api-key": "tgk_z"}), "/openai/deployments/big/chat/completions", "h"),
+			`{"model":"gpt-4o-mini"}`, false), map[string]any{"deployments": map[string]any{"big": "gpt-4o-mini"}}, nil)
+		b, err := proto.Marshal(req)
+		if err != nil {
+			panic(err)
+		}
+		last, err := proto.Marshal(withRoute(&authv3.CheckRequest{}, map[string]any{"deployments": map[string]any{"big": "gpt-4o"}}, nil))
+		if err != nil {
+			panic(err)
+		}
+		var merged authv3.CheckRequest
+		if err := proto.Unmarshal(append(b, last...), &merged); err != nil {
+			panic(err)
+		}
+		return &merged
+	}()},
+}
+
+// withRoute is req with the route metadata Envoy sends ext_authz: tollgate's
+// namespace, and another's (nil: none).
+func withRoute(req *authv3.CheckRequest, tollgate, other map[string]any) *authv3.CheckRequest {
+	meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+	for ns, fields := range map[string]map[string]any{RouteNamespace: tollgate, "other": other} {
+		if fields == nil {
+			continue
+		}
+		s, err := structpb.NewStruct(fields)
+		if err != nil {
+			panic(err)
+		}
+		meta.FilterMetadata[ns] = s
+	}
+	if req.Attributes == nil {
+		req.Attributes = &authv3.AttributeContext{}
+	}
+	req.Attributes.RouteMetadataContext = meta
+	return req
 }
 
 func TestCodecDecodesWhatCheckReads(t *testing.T) {
@@ -171,7 +218,7 @@ func TestCodecDecodesWhatCheckReads(t *testing.T) {
 	if got := string(RequestBody(kh)); got != `{"model":"m"}` {
 		t.Fatalf("kept body %q after the buffer was reused", got)
 	}
-	if in := inputOf(kh); kh.GetPath() != geminiPath || kh.GetHost() != "h" || in.acceptEncoding != "zstd" {
+	if in := inputOf(kh, nil); kh.GetPath() != geminiPath || kh.GetHost() != "h" || in.acceptEncoding != "zstd" {
 		t.Fatalf("kept path %q host %q accept-encoding %q after the buffer was reused", kh.GetPath(), kh.GetHost(), in.acceptEncoding)
 	}
 	// Unknown fields and other wire types on the way are skipped.
@@ -259,7 +306,7 @@ func TestCodecKeepsWhatAdmissionReads(t *testing.T) {
 	for _, tc := range checkReadCases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := checkSameReads(t, encode(t, tc.req))
-			in := inputOf(h)
+			in := inputOf(h, nil)
 			a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
 			got := ""
 			for _, o := range New(nil, Upstream{}).admitted(&a, &in).GetOkResponse().GetHeaders() {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 )
 
@@ -24,7 +25,8 @@ import (
 func TestCheckReadsOnlyWhatTheCodecDecodes(t *testing.T) {
 	decoded := map[reflect.Type][]int{
 		reflect.TypeFor[authv3.CheckRequest]():                 {checkRequestAttributes},
-		reflect.TypeFor[authv3.AttributeContext]():             {attributesRequest},
+		reflect.TypeFor[authv3.AttributeContext]():             {attributesRequest, attributesRouteMeta},
+		reflect.TypeFor[corev3.Metadata]():                     {metadataFilterMetadata},
 		reflect.TypeFor[authv3.AttributeContext_Request]():     {requestHTTP},
 		reflect.TypeFor[authv3.AttributeContext_HttpRequest](): {httpMethod, httpHeaders, httpPath, httpHost, httpHeaderMap, httpBody, httpRawBody},
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
-	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -544,28 +543,16 @@ func (st *stream) refusalKey() string {
 	return st.authority + st.path
 }
 
-// upstreamHostAttribute is the name that ends the request attribute whose value is the
-// route's upstream host: Envoy's ext_proc sends each of its request_attributes keyed by
-// the expression itself, so deploy/envoy/envoy.yaml's
+// upstreamHostOf is the route's upstream host among a request's attributes
+// (routeAttribute: gate.RouteUpstreamHost), "" when there is none or it is no host name.
+// Envoy's ext_proc sends each of its request_attributes keyed by the expression itself,
+// so deploy/envoy/envoy.yaml's
 // xds.route_metadata.filter_metadata['tollgate']['upstream_host'] (the route's metadata)
 // arrives under that key, or under a plain upstream_host name a mapped attribute builder
 // gives it.
-const upstreamHostAttribute = "upstream_host"
-
-// upstreamHostOf is the route's upstream host among a request's attributes (routeAttribute),
-// as pricecatalog.HostName gives it; "" when there is none or it is no host name.
 func upstreamHostOf(attrs map[string]*structpb.Struct) string {
-	if h := pricecatalog.HostName(routeAttribute(attrs, upstreamHostAttribute).GetStringValue()); pricecatalog.ValidHost(h) {
-		return h
-	}
-	return ""
+	return gate.RouteUpstreamHostOf(routeAttribute(attrs, gate.RouteUpstreamHost))
 }
-
-// includeUsageAttribute is the name that ends the request attribute that says whether
-// the route's OpenAI chat streams are asked for their usage, as the gateway's routes file
-// says it (includeUsage): deploy/envoy/envoy.yaml's
-// xds.route_metadata.filter_metadata['tollgate']['include_usage'].
-const includeUsageAttribute = "include_usage"
 
 // Whether a route asks its streams for their usage (includeUsageOf).
 var (
@@ -573,11 +560,12 @@ var (
 	routeNotAsks = false
 )
 
-// includeUsageOf is what the route's include_usage attribute says (routeAttribute): a
+// includeUsageOf is what the route's include_usage attribute says (routeAttribute,
+// deploy/envoy/envoy.yaml's xds.route_metadata.filter_metadata['tollgate']['include_usage']): a
 // bool, or the string "true" or "false"; nil when the route says nothing (the host's
 // rule then decides: requestbody.UsageUnasked).
 func includeUsageOf(attrs map[string]*structpb.Struct) *bool {
-	v := routeAttribute(attrs, includeUsageAttribute) // nil reads as neither
+	v := routeAttribute(attrs, gate.RouteIncludeUsage) // nil reads as neither
 	if b, ok := v.GetKind().(*structpb.Value_BoolValue); ok {
 		if b.BoolValue {
 			return &routeAsks
@@ -593,23 +581,11 @@ func includeUsageOf(attrs map[string]*structpb.Struct) *bool {
 	return nil
 }
 
-// deploymentsAttribute is the name that ends the request attribute whose value maps the
-// route's Azure OpenAI deployments to the models they run, as the gateway's routes file
-// says it (deployments): deploy/envoy/envoy.yaml's
-// xds.route_metadata.filter_metadata['tollgate']['deployments'], a struct of strings.
-const deploymentsAttribute = "deployments"
-
-// deploymentModelOf is the model the route's deployments attribute (routeAttribute)
-// gives the Azure OpenAI deployment path names (requestbody.AzureDeployment), cleaned as
-// a body's model is; "" when the path names none, the route declares none, or its entry
-// is no model name.
+// deploymentModelOf is the model the route's deployments attribute (routeAttribute,
+// deploy/envoy/envoy.yaml's xds.route_metadata.filter_metadata['tollgate']['deployments'])
+// gives the Azure OpenAI deployment path names (gate.RouteDeploymentModel).
 func deploymentModelOf(attrs map[string]*structpb.Struct, path string) string {
-	name, ok := requestbody.AzureDeployment(path)
-	if !ok {
-		return ""
-	}
-	v := routeAttribute(attrs, deploymentsAttribute).GetStructValue().GetFields()[name]
-	return requestbody.CleanModel(strings.TrimSpace(v.GetStringValue()))
+	return gate.RouteDeploymentModel(routeAttribute(attrs, gate.RouteDeployments), path)
 }
 
 // routeAttribute is the value of the request attribute whose key ends with name

@@ -47,6 +47,10 @@ type Limit struct {
 	Revision          int64
 	// MaxInFlight is the policy's in-flight cap (0: none); the fake does not enforce it.
 	MaxInFlight int32
+	// ReservationMicroUSD, when positive, makes the policy reserve in-flight cost
+	// (inFlight.reserve): a request reserves its worst case, else this amount; the fake
+	// records it on the start (StartItem) and enforces nothing.
+	ReservationMicroUSD int64
 }
 
 type member struct {
@@ -340,6 +344,13 @@ func (s *Server) Receipt(requestID string) *Receipt {
 	return s.receipts[requestID]
 }
 
+// StartItem is the durable start recorded for the request, nil when none.
+func (s *Server) StartItem(requestID string) *internalv1.StartItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts[requestID]
+}
+
 // Started reports whether a durable start exists for the request.
 func (s *Server) Started(requestID string) bool {
 	s.mu.Lock()
@@ -369,6 +380,7 @@ func (s *Server) recordLocked(memberID string) *mirror.Record {
 			lim.PolicyId, lim.PolicyName, lim.PolicyRevision = l.PolicyID, "policy "+l.PolicyID, max(l.Revision, 1)
 			lim.BaseMicroUsd, lim.ExtensionMicroUsd, lim.HardLimit, lim.AllowRequestReset = l.BaseMicroUSD, l.ExtensionMicroUSD, l.Hard, l.AllowRequestReset
 			lim.MaxInFlight = l.MaxInFlight
+			lim.ReserveInFlight, lim.ReservationMicroUsd = l.ReservationMicroUSD > 0, l.ReservationMicroUSD
 		}
 		ent.Limits = append(ent.Limits, lim)
 		spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(),
