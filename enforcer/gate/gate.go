@@ -841,9 +841,9 @@ func (g *Gate) trackUndurable(reqID, orgID, memberID string, snap *internalv1.Sn
 // member's limit says. It is no admission (the
 // member's decisions are not counted; tollgate_enforcer_trailing_requests_total is) and
 // has no durable start: like an open-mode admission's, its settlement carries the
-// snapshot of the member's last-known record at now (without one, NoRecordSnapshot,
-// admitted_without_record), and the control plane charges it on those windows, beyond
-// the limits if need be. Its id is for the tracker's Finish; "" when nobody is named.
+// snapshot of the member's last-known record at now (without one, or when that record
+// shows the member removed, NoRecordSnapshot, admitted_without_record), and the control
+// plane charges it on those windows, beyond the limits if need be. Its id is for the tracker's Finish; "" when nobody is named.
 func (g *Gate) Trailing(orgID, memberID string) string {
 	if orgID == "" || memberID == "" {
 		return ""
@@ -851,8 +851,10 @@ func (g *Gate) Trailing(orgID, memberID string) string {
 	now := g.Clock.Now()
 	var snap *internalv1.Snapshot
 	if last := g.Records.LastKnown(memberID); last != nil {
-		d := decision.Decide(last, now, false)
-		if d.Result != decision.Unknown {
+		// An Unknown or Inactive decision stops before it reads the windows: its snapshot
+		// would name none, and the control plane would refuse the settlement as invalid
+		// (the usage lost). Those take the no-record snapshot, which names them.
+		if d := decision.Decide(last, now, false); d.Result != decision.Unknown && d.Result != decision.Inactive {
 			snap = d.Snapshot(orgID, memberID)
 		}
 	}

@@ -1029,6 +1029,9 @@ func TestTrailingRequestIsOpenedWithoutACheck(t *testing.T) {
 		{"a member over its limit", blocked, false, "ulp_day"},
 		{"a member within it", withinRecord, false, "ulp_day"},
 		{"no record known", nil, true, gate.UnknownPolicyID},
+		// A removed member's record tells no windows (Decide stops at Inactive): the
+		// no-record snapshot names them, so the control plane can charge them.
+		{"a member the last record shows removed", removedRecord, true, gate.UnknownPolicyID},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakes()
