@@ -204,7 +204,12 @@ func decide(rec *mirror.Record, now time.Time, authoritative, lastKnown bool) De
 		b.PolicyName = lim.GetPolicyName()
 		b.PolicyRevision = lim.GetPolicyRevision()
 		b.Base = lim.GetBaseMicroUsd()
-		b.Extension = lim.GetExtensionMicroUsd()
+		if known {
+			// The record's extension is that of the window it lists. A window read as zero
+			// (unlisted, authoritative: no counter yet) has none: the extension of the
+			// window that ended is not the new one's (rule 19: a missing counter is zero).
+			b.Extension = lim.GetExtensionMicroUsd()
+		}
 		b.Allowance = satAdd(b.Base, b.Extension)
 		b.Used = used
 		b.HardLimit = lim.GetHardLimit()

@@ -119,6 +119,29 @@ func TestDecide(t *testing.T) {
 // that instant: the caller's now, unless the record was computed past a reset now has not
 // reached (the caller's clock behind the control plane's); a record a little ahead within
 // the same windows changes nothing.
+// TestAnUnlistedWindowHasNoExtension: an authoritative record computed just before a
+// reset (this clock is past it, the control plane's is not) lists the day that ended, with
+// that day's extension. The new day it does not list reads as zero, its missing counter,
+// and so does its extension: the one granted for the day that ended does not raise the
+// new day's allowance, nor use up the new day's one extension (MayAskForMore).
+func TestAnUnlistedWindowHasNoExtension(t *testing.T) {
+	r := asOf(rec(turn.Add(-time.Second), []lim{{window.Day, 100, 25, true}}, map[window.Timeframe]int64{window.Day: 125}), turn.Add(-time.Second))
+	d := Decide(r, turn.Add(2*time.Second), true)
+	b := d.Buckets[0]
+	if d.Result != Admit || b.Window != window.Of(window.Day, turn) || b.Used != 0 {
+		t.Fatalf("%v on the day %v with %d used, want admit on the new day with 0", d.Result, b.Window, b.Used)
+	}
+	if b.Extension != 0 || b.Allowance != 100 || !b.MayAskForMore() {
+		t.Fatalf("the new day has extension %d, allowance %d, may ask %v; want 0, 100, true (the ended day's extension is not its)",
+			b.Extension, b.Allowance, b.MayAskForMore())
+	}
+	// The day the record lists keeps its extension.
+	d = Decide(r, turn.Add(-time.Second), true)
+	if b := d.Buckets[0]; d.Result != Blocked || b.Extension != 25 || b.Allowance != 125 {
+		t.Fatalf("%v with extension %d, allowance %d; want blocked at 125 with 25", d.Result, b.Extension, b.Allowance)
+	}
+}
+
 func TestDecideAtTheRecordsInstant(t *testing.T) {
 	limits := []lim{{window.Day, 100, 0, true}}
 	for _, tc := range []struct {
