@@ -263,6 +263,47 @@ func TestBedrockConverse(t *testing.T) {
 	}
 }
 
+// Amazon Nova's events through InvokeModelWithResponseStream are ConverseStream's, each
+// wrapped in its name: a tool call's arguments come in contentBlockDelta.delta.toolUse.input
+// and its thinking in contentBlockDelta.delta.reasoningContent.text. They are output Bedrock
+// bills, as ConverseStream's are: a stream cut before its last chunk (its invocation
+// metrics) is estimated from them too, not from its answer's text alone (before, a Nova
+// stream cut while it wrote a tool call was charged no output at all).
+func TestBedrockNovaInvokeStreamToolUseAndReasoningAreOutput(t *testing.T) {
+	const thinking, answer, args = "Let me think about the tolls first.", "Paid.", `{"city":"Paris"}`
+	events := []string{
+		`{"messageStart":{"role":"assistant"}}`,
+		`{"contentBlockDelta":{"delta":{"reasoningContent":{"text":"Let me think "}},"contentBlockIndex":0}}`,
+		`{"contentBlockDelta":{"delta":{"reasoningContent":{"text":"about the tolls first."}},"contentBlockIndex":0}}`,
+		`{"contentBlockStop":{"contentBlockIndex":0}}`,
+		`{"contentBlockDelta":{"delta":{"text":"Paid."},"contentBlockIndex":1}}`,
+		`{"contentBlockStop":{"contentBlockIndex":1}}`,
+		`{"contentBlockStart":{"start":{"toolUse":{"toolUseId":"tooluse_1","name":"weather"}},"contentBlockIndex":2}}`,
+		`{"contentBlockDelta":{"delta":{"toolUse":{"input":"{\"city\":"}},"contentBlockIndex":2}}`,
+		`{"contentBlockDelta":{"delta":{"toolUse":{"input":"\"Paris\"}"}},"contentBlockIndex":2}}`,
+		`{"contentBlockStop":{"contentBlockIndex":2}}`,
+		`{"messageStop":{"stopReason":"tool_use"}}`,
+	}
+	var body []byte
+	for _, ev := range events {
+		body = append(body, invokeChunk(t, ev)...)
+	}
+	want := int64(len(thinking) + len(answer) + len(args))
+	if got := run(ctEventStream, nil, Limits{}, [][]byte{body}, false); got.Complete || got.InputReported || got.TextBytes != want {
+		t.Fatalf("a Nova stream cut before its last chunk: text %d, want %d (%s)", got.TextBytes, want, show(got))
+	}
+	// Whole, it is charged its invocation metrics; the text is the same in any chunking.
+	last := invokeChunk(t, `{"metadata":{"usage":{"inputTokens":30,"outputTokens":80},"metrics":{},"trace":{}},`+
+		`"amazon-bedrock-invocationMetrics":{"inputTokenCount":30,"outputTokenCount":80,"invocationLatency":900,"firstByteLatency":300}}`)
+	checkSplits(t, ctEventStream, nil, append(bytes.Clone(body), last...), Usage{InputTokens: 30, OutputTokens: 80, Complete: true,
+		Format: FormatBedrockInvokeStream, InputReported: true, OutputReported: true, TextBytes: want})
+	for _, ev := range events {
+		if got, ref := run(ctSSE, nil, Limits{}, [][]byte{[]byte("data: " + ev + "\n\n")}, true), oracleSSE([]byte("data: "+ev+"\n\n"), Limits{}); !reflect.DeepEqual(got, ref) {
+			t.Fatalf("%s, against the reference:\n got %s\n ref %s", ev, show(got), show(ref))
+		}
+	}
+}
+
 // Amazon Nova's InvokeModel answer is Converse's shape with its own names of the cache
 // counts (cacheReadInputTokenCount, cacheWriteInputTokenCount): read the same way.
 func TestBedrockNovaInvoke(t *testing.T) {

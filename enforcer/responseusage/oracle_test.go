@@ -160,6 +160,8 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/generation":                                                    true,
 		"/outputText":                                                    true,
 		"/contentBlockDelta/delta/text":                                  true,
+		"/contentBlockDelta/delta/reasoningContent/text":                 true,
+		"/contentBlockDelta/delta/toolUse/input":                         true,
 		"/outputs/[]/text":                                               true,
 		"/outputs/[]/content":                                            true,
 		"/outputs/[]/arguments":                                          true,

@@ -128,7 +128,8 @@ const (
 	kXGroq
 	// The text of the models' own events in Amazon Bedrock's InvokeModelWithResponseStream
 	// (textTarget): Meta Llama's generation, Amazon Titan's outputText, Amazon Nova's
-	// contentBlockDelta.delta.text (Mistral's outputs[].text: kOutputs).
+	// contentBlockDelta.delta.text, .reasoningContent.text and .toolUse.input (Mistral's
+	// outputs[].text: kOutputs).
 	kGeneration
 	kOutputText
 	kContentBlockDelta

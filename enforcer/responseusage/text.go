@@ -40,6 +40,8 @@ import (
 //	                                                  (ConverseStream: delta.toolUse.input)
 //	generation                                        Bedrock InvokeModelWithResponseStream: Meta Llama
 //	contentBlockDelta.delta.text                      ... Amazon Nova
+//	contentBlockDelta.delta.reasoningContent.text     ... its thinking
+//	contentBlockDelta.delta.toolUse.input             ... its tool calls' arguments
 //	outputs[].text                                    ... Mistral
 //	outputText                                        ... Amazon Titan
 //	content / content.text / content.thinking[].text  Mistral's Conversations stream:
@@ -124,6 +126,14 @@ func (s *scanner) textTarget() uint8 {
 	case 4:
 		if k[0] == kContent && k[1] == kThinking && k[2] == kArr && k[3] == kText {
 			return txDelta // a message.output.delta's thinking chunk
+		}
+		if k[0] == kContentBlockDelta && k[1] == kDelta && (k[2] == kReasoningContentCamel && k[3] == kText || k[2] == kToolUse && k[3] == kInput) {
+			// Amazon Nova's thinking and tool call arguments through Bedrock's
+			// InvokeModelWithResponseStream (ConverseStream's, wrapped in the event's
+			// name): output it bills, as ConverseStream's are (since 2026-12-07; before,
+			// a Nova stream cut before its last chunk was estimated from its text alone,
+			// a tool call's arguments free).
+			return txText
 		}
 		if isChoice(k) {
 			switch k[3] {
