@@ -141,7 +141,9 @@
 //     message_delta's usage) "fast": its fast mode. A usage's speed never overrides a
 //     service_tier of the same object. Anthropic's usage.service_tier "priority" (its
 //     Priority Tier, a capacity commitment without a per-token surcharge) is not read;
-//   - Gemini's usageMetadata.trafficType ON_DEMAND_PRIORITY (Vertex AI) or
+//   - Gemini's usageMetadata.trafficType ON_DEMAND_PRIORITY (Vertex AI, whose chunks
+//     before its last carry a usageMetadata of the trafficType alone, no count: read as
+//     Gemini's, so that a stream cut before its counts keeps its tier and model) or
 //     usageMetadata.serviceTier "priority" (the Gemini API), and the Gemini API's
 //     response header X-Gemini-Service-Tier "priority" (HeaderGeminiServiceTier),
 //     whatever the body;

@@ -204,6 +204,13 @@ func sseFamily(d *docFields) (family, int) {
 		return famGemini, rootResponse
 	case isGeminiUsage(&d.usage[rootTop]):
 		return famGemini, rootTop
+	case d.trafficSaid && d.usage[rootTop].obj && d.usage[rootTop].has == 0 && !d.converse:
+		// Vertex AI's chunks before its last carry a usageMetadata of their trafficType
+		// alone ({"trafficType": "ON_DEMAND_PRIORITY"}), no count: Gemini's all the same,
+		// whose tier and model a stream cut before its last chunk is charged at (since
+		// 2026-12-07; before, such a stream was charged the standard price whatever its
+		// chunks said).
+		return famGemini, rootTop
 	case d.converse:
 		return famConverse, rootTop
 	case d.usage[rootTop].obj && (d.usage[rootTop].hasTok(tokPrompt) || d.usage[rootTop].hasTok(tokCompletion)):

@@ -997,7 +997,7 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 		d.model[rootTop].set(s)
 	}
 	oracleSpeed(&d.tier[rootTop], [][]member{m})
-	d.priorityTraffic = oracleTraffic(m)
+	d.priorityTraffic, d.trafficSaid = oracleTraffic(m)
 	d.latency = oracleLatency(m)
 	d.geoPinned = oracleGeo(m)
 	str(&d.tier[rootTop], m, "service_tier")
@@ -1169,9 +1169,8 @@ func oracleSpeed(c *capture, objs [][]member) {
 
 // oracleTraffic says whether the last trafficType or serviceTier of a top-level usage
 // (Gemini's usageMetadata), or type of a top-level serviceTier (Bedrock Converse's), is
-// ON_DEMAND_PRIORITY or "priority".
-func oracleTraffic(m []member) bool {
-	priority := false
+// ON_DEMAND_PRIORITY or "priority", and whether there was one, whatever its value.
+func oracleTraffic(m []member) (priority, said bool) {
 	for _, mm := range m {
 		u, ok := mm.val.([]member)
 		if !ok || (mm.key != "usage" && mm.key != "usageMetadata" && mm.key != "serviceTier") {
@@ -1180,11 +1179,11 @@ func oracleTraffic(m []member) bool {
 		for _, f := range u {
 			if (mm.key != "serviceTier" && (f.key == "trafficType" || f.key == "serviceTier")) || (mm.key == "serviceTier" && f.key == "type") {
 				s, _ := f.val.(string)
-				priority = s == "ON_DEMAND_PRIORITY" || s == "priority"
+				priority, said = s == "ON_DEMAND_PRIORITY" || s == "priority", true
 			}
 		}
 	}
-	return priority
+	return priority, said
 }
 
 // oracleLatency is the tier the last latency of a top-level performanceConfig (Bedrock

@@ -647,8 +647,10 @@ type docFields struct {
 	tierSeen uint8
 	// priorityTraffic: Vertex AI's usageMetadata.trafficType said ON_DEMAND_PRIORITY,
 	// the Gemini API's usageMetadata.serviceTier or Bedrock Converse's serviceTier.type
-	// "priority": their priority tier (the last of these fields counts).
-	priorityTraffic bool
+	// "priority": their priority tier (the last of these fields counts). trafficSaid:
+	// one of these fields was there, whatever it said (a Vertex AI chunk before its last
+	// has a usageMetadata of its trafficType alone: sseFamily).
+	priorityTraffic, trafficSaid bool
 	// latency: Bedrock Converse's performanceConfig.latency said "optimized", its
 	// latency-optimized inference, LatencyOptimized (pricecatalog.LatencyNames; the last
 	// one counts), else Standard.
@@ -803,7 +805,7 @@ func (d *docFields) reset() {
 	d.searches, d.pageActions, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, 0, false
 	d.webSearchResult, d.webSearchFailed = false, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
-	d.tierSeen, d.priorityTraffic, d.geoPinned, d.mapsGrounded = 0, false, false, false
+	d.tierSeen, d.priorityTraffic, d.trafficSaid, d.geoPinned, d.mapsGrounded = 0, false, false, false, false
 	d.latency = pricecatalog.Standard
 	d.container.reset()
 	d.containers = d.containers[:0]
@@ -1698,7 +1700,7 @@ func (s *scanner) valueStart(c byte, at int) {
 			d.tier[t.root].reset()
 		}
 	case tgTraffic:
-		d.priorityTraffic = false // the last one counts
+		d.priorityTraffic, d.trafficSaid = false, true // the last one counts
 	case tgLatency:
 		d.latency = pricecatalog.Standard // the last one counts
 	case tgGeo:

@@ -1749,6 +1749,46 @@ func TestGeminiToolUsePromptTokens(t *testing.T) {
 	}
 }
 
+// Vertex AI's stream carries, in every chunk before its last, a usageMetadata of its
+// traffic type alone ({"trafficType": "ON_DEMAND_PRIORITY"} at its priority tier), no
+// count; the last chunk carries the counts. A priority stream cut before its last chunk
+// (the client left, the connection broke) is still one Vertex served at its priority
+// tier, and its estimate is charged at that tier's price, as the whole stream is: before,
+// such a chunk was no Gemini document at all and the cut stream was charged the standard
+// price, half of what Vertex bills. Its model is the chunks' modelVersion. Streamed as a
+// JSON array (without alt=sse) alike, and as the reference reads it.
+func TestVertexTrafficTypeOfAChunkWithoutCounts(t *testing.T) {
+	chunk := func(text, traffic string) string {
+		return `{"candidates":[{"content":{"role":"model","parts":[{"text":"` + text + `"}]}}],"usageMetadata":{"trafficType":"` + traffic + `"},` +
+			`"modelVersion":"gemini-2.5-flash","createTime":"2026-10-09T02:36:52.821265Z","responseId":"RFPIapGQMtKCidsPmcai6AM"}`
+	}
+	last := func(traffic string) string {
+		return `{"candidates":[{"content":{"role":"model","parts":[{"text":"paid."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":12,` +
+			`"candidatesTokenCount":3,"totalTokenCount":15,"trafficType":"` + traffic + `"},"modelVersion":"gemini-2.5-flash"}`
+	}
+	for _, tc := range []struct {
+		traffic string
+		want    pricecatalog.Tier
+	}{{"ON_DEMAND_PRIORITY", pricecatalog.Fast}, {"ON_DEMAND", pricecatalog.Standard}} {
+		sse := "data: " + chunk("Tolls ", tc.traffic) + "\r\n\r\ndata: " + chunk("are ", tc.traffic) + "\r\n\r\n"
+		got := run(ctSSE, nil, Limits{}, [][]byte{[]byte(sse)}, false)
+		if got.Tier != tc.want || got.InputReported || got.OutputReported || got.Complete || got.Model != "gemini-2.5-flash" || got.TextBytes != 10 {
+			t.Fatalf("%s, cut before its last chunk: %s", tc.traffic, show(got))
+		}
+		if ref := oracleSSE([]byte(sse), Limits{}); !reflect.DeepEqual(got, ref) {
+			t.Fatalf("%s, against the reference:\n got %s\n ref %s", tc.traffic, show(got), show(ref))
+		}
+		array := "[" + chunk("Tolls ", tc.traffic) + "\r\n,\r\n" + chunk("are ", tc.traffic)
+		if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(array)}, false); got.Tier != tc.want || got.InputReported || got.TextBytes != 10 {
+			t.Fatalf("%s, a JSON array cut before its last element: %s", tc.traffic, show(got))
+		}
+		// Whole, as before: its last chunk's counts, complete, at the tier it says.
+		whole := sse + "data: " + last(tc.traffic) + "\r\n\r\n"
+		checkSplits(t, ctSSE, nil, []byte(whole), Usage{Model: "gemini-2.5-flash", InputTokens: 12, OutputTokens: 3, Complete: true,
+			Format: FormatGeminiSSE, Tier: tc.want, InputReported: true, OutputReported: true, TextBytes: 15})
+	}
+}
+
 func TestGeminiServiceTierHeader(t *testing.T) {
 	body := []byte(`{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`)
 	for _, tc := range []struct {
