@@ -214,7 +214,9 @@
 //   - openai-transcription-sse: a transcript.text.done event whose usage has
 //     both counts (a stream cut before it is not Complete);
 //   - gemini-sse: the chunk whose candidate gives its finishReason, with the
-//     input count; gemini-json-stream: the same, and the array closed (nothing
+//     input count, or whose promptFeedback gives a blockReason (a prompt Gemini
+//     refused: its one chunk, no candidate; since 2026-12-07, before which such a
+//     stream was incomplete); gemini-json-stream: the same, and the array closed (nothing
 //     but white space after its ']'). An array cut anywhere is not Complete, and
 //     reports what its complete elements did (their text too), as a cut event
 //     stream does;

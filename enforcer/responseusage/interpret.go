@@ -358,7 +358,8 @@ func (a *accumulator) applyEvent(d *docFields) {
 		}
 	case famGemini:
 		// Every chunk reports the usage so far; the one whose candidate gives its
-		// finishReason is the last (the Interactions API's: interaction.completed).
+		// finishReason is the last (a blocked prompt's one chunk, its promptFeedback's
+		// blockReason; the Interactions API's: interaction.completed).
 		u := &d.usage[root]
 		a.u.merge(u)
 		a.noteCachedAudio(d)

@@ -960,6 +960,13 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 	str(&d.typ, m, "type")
 	str(&d.object, m, "object")
 	for _, mm := range m {
+		if pf, ok := mm.val.([]member); ok && mm.key == "promptFeedback" {
+			for _, f := range pf {
+				if _, ok := f.val.(string); ok && f.key == "blockReason" {
+					d.finished = true
+				}
+			}
+		}
 		if cs, ok := mm.val.([]any); ok && mm.key == "candidates" {
 			for _, c := range cs {
 				if c, ok := c.([]member); ok {

@@ -116,6 +116,10 @@ const (
 	kAction       // OpenAI: a web_search_call item's action (its type: "search", "open_page", "find_in_page")
 	kContainer    // Anthropic: a message's (a message_delta's delta's) container
 	kID           // its id
+	// Gemini's promptFeedback.blockReason: a prompt it refused, answered with no
+	// candidate (the whole answer).
+	kPromptFeedback
+	kBlockReason
 	// OpenRouter's "bring your own key": usage.is_byok says the provider billed the
 	// operator's own key, usage.cost_details.upstream_inference_cost what it billed (USD).
 	kIsByok
@@ -314,6 +318,10 @@ func keyID(b []byte) uint8 {
 		return kParts
 	case "finishReason":
 		return kFinishReason
+	case "promptFeedback":
+		return kPromptFeedback
+	case "blockReason":
+		return kBlockReason
 	case "service_tier":
 		return kServiceTier
 	case "speed":
@@ -628,7 +636,8 @@ type docFields struct {
 	// in the events whose type says so (isTextDelta).
 	text, delta int64
 	// finished: a Gemini candidate gave its finishReason (the last chunk of a
-	// stream carries it).
+	// stream carries it), or its promptFeedback a blockReason (a prompt Gemini refused,
+	// answered with no candidate: the stream's one chunk).
 	finished bool
 	// converse: a usage count had a Bedrock Converse name (tgConverseTok).
 	converse bool
@@ -2005,6 +2014,9 @@ func (s *scanner) classify() target {
 	case 2:
 		if k[0] == kOutput && k[1] == kArr {
 			return target{kind: tgOutputItem}
+		}
+		if k[0] == kPromptFeedback && k[1] == kBlockReason {
+			return target{kind: tgFinish} // a blocked prompt's answer: no candidate to come
 		}
 		if k[0] == kItem && k[1] == kType {
 			return target{kind: tgEventItemType}

@@ -1789,6 +1789,33 @@ func TestVertexTrafficTypeOfAChunkWithoutCounts(t *testing.T) {
 	}
 }
 
+// A prompt Gemini blocks is answered with no candidate: one document, its
+// promptFeedback.blockReason and the prompt's usage (Gemini bills the prompt), the whole
+// answer. Streamed, it is that stream's one chunk, and its last: complete, as the same
+// answer not streamed is (TestGemini), in an event stream and in a JSON array alike
+// (before, a streamed blocked prompt was settled incomplete, though nothing was missing).
+// Cut before its end it is not.
+func TestGeminiBlockedPromptStreamIsComplete(t *testing.T) {
+	const chunk = `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":791,"totalTokenCount":791,` +
+		`"promptTokensDetails":[{"modality":"TEXT","tokenCount":791}],"serviceTier":"standard"},"modelVersion":"gemini-2.5-flash","responseId":"oToLapbGN7zSz7IPloaY2Ak"}`
+	want := Usage{Model: "gemini-2.5-flash", InputTokens: 791, Complete: true, Format: FormatGeminiSSE, InputReported: true, OutputReported: true,
+		AudioInputReported: true}
+	sse := []byte("data: " + chunk + "\r\n\r\n")
+	checkSplits(t, ctSSE, nil, sse, want)
+	if ref := oracleSSE(sse, Limits{}); !reflect.DeepEqual(ref, want) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+	want.Format = FormatGeminiJSONStream
+	checkSplits(t, ctJSON, nil, []byte("[\r\n"+chunk+"\r\n]"), want)
+	// A blockReason that is no string says nothing; cut, the stream is not complete.
+	if got := run(ctSSE, nil, Limits{}, [][]byte{[]byte(strings.Replace(string(sse), `"PROHIBITED_CONTENT"`, `null`, 1))}, true); got.Complete {
+		t.Fatalf("a blockReason of null: %s", show(got))
+	}
+	if got := run(ctSSE, nil, Limits{}, [][]byte{sse[:len(sse)-10]}, false); got.Complete {
+		t.Fatalf("cut: %s", show(got))
+	}
+}
+
 func TestGeminiServiceTierHeader(t *testing.T) {
 	body := []byte(`{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}`)
 	for _, tc := range []struct {
