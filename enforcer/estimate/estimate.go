@@ -12,10 +12,11 @@
 // Input(body) = Tokens(text bytes of the request) + token ids + 3 per message + 3, where the text
 // bytes are the UTF-8 bytes of every JSON string value of the body (after unescaping),
 // except the values of keys that name things rather than carry text (model, role, type,
-// id, name of a content part's kind, ...) and the subtrees of keys that carry binary
-// payloads (image_url, url, data, file_data, input_audio, ...: a base64 image is billed
-// by its pixels, not its bytes, and counting it as text would overcharge a thousandfold;
-// a content block's "source" is one too, but for a plain-text document's text: sourceKey).
+// id, name of a content part's kind, ...) and the values of keys that carry binary
+// payloads, an object or the base64 string itself (image_url, url, data, file_data,
+// input_audio, images, ...: a base64 image is billed by its pixels, not its bytes, and
+// counting it as text would overcharge a thousandfold; a content block's "source" is one
+// too, but for a plain-text document's text: sourceKey).
 // Messages are the elements of the top-level "messages" array (OpenAI chat completions,
 // Anthropic messages) or "input" array (OpenAI Responses), plus one for a top-level
 // "system" or "instructions"; token ids are a prompt or input written as numbers, one
@@ -279,15 +280,18 @@ func (r *Request) ModelName() string {
 // skipValue are keys whose string value names something rather than carrying text.
 var skipValue = map[string]bool{
 	"model": true, "role": true, "type": true, "id": true, "tool_call_id": true, "call_id": true,
-	"media_type": true, "mime_type": true, "detail": true, "format": true, "file_id": true,
+	"media_type": true, "mime_type": true, "mimeType": true, "detail": true, "format": true, "file_id": true,
 	"encoding_format": true, "service_tier": true, "serviceTier": true, "speed": true, "inference_geo": true, "reasoning_effort": true, "user": true,
 	"previous_response_id": true, "tool_choice": true, "cache_control": true, "status": true,
 }
 
-// skipTree are keys whose whole value is a binary payload or a reference to one.
+// skipTree are keys whose whole value is a binary payload or a reference to one, an
+// object or the string itself (a base64 string: Gemini's inlineData.data, the Responses
+// API's image_url and file_data data URLs, the images of Bedrock's InvokeModel bodies,
+// Meta Llama's and Cohere's "images" and Titan's "inputImage").
 var skipTree = map[string]bool{
 	"image_url": true, "url": true, "data": true, "file_data": true, "input_audio": true,
-	"image": true, "audio": true, "file": true, "metadata": true,
+	"image": true, "audio": true, "file": true, "metadata": true, "images": true, "inputImage": true,
 }
 
 // sourceKey is the key of a content block's source (Anthropic's, Bedrock Converse's): a
@@ -551,7 +555,7 @@ type valueKind uint8
 const (
 	text        valueKind = iota // its strings are text
 	name                         // a string names something (skipValue); a compound value is read as text
-	payload                      // a compound value is a binary payload, skipped (skipTree); a string is text
+	payload                      // a compound value is a binary payload, skipped; a string is text (a source's data: sourceMemberKind)
 	skipped                      // no text in it (inside a payload, and values read for something else)
 	messageList                  // text, and an array's elements are messages (tokenText)
 	promptValue                  // text, and an array's elements are tokenText
@@ -566,7 +570,7 @@ func kindOf(key []byte) valueKind {
 		raw := key[1 : len(key)-1]
 		// m[string(b)] is a map index that does not allocate.
 		if skipTree[string(raw)] {
-			return payload
+			return skipped
 		}
 		if string(raw) == sourceKey {
 			return sourceValue
@@ -579,7 +583,7 @@ func kindOf(key []byte) valueKind {
 	k := jsonscan.DecodeString(key)
 	switch {
 	case skipTree[k]:
-		return payload
+		return skipped
 	case k == sourceKey:
 		return sourceValue
 	case skipValue[k]:

@@ -22,6 +22,41 @@ func TestTokens(t *testing.T) {
 	}
 }
 
+// A binary payload is no text whether its key holds an object or the base64 string
+// itself: Gemini's inline data (a part's inlineData.data: an image, an audio clip, a PDF,
+// base64 in a string, in camel or snake case), the Responses API's input_image (its
+// image_url a data URL) and input_file (file_data), and Amazon Bedrock's InvokeModel
+// bodies that carry images as strings (Meta Llama's and Cohere's "images", Titan's
+// "inputImage"). The provider bills an image by its pixels (a few hundred tokens), not
+// its bytes: counted as text, a 40 KB image was 10,000 input tokens, which a request's
+// worst case reserved and a stream cut before its usage (a Vertex AI stream reports its
+// counts in its last chunk alone) was charged. Only the text around it counts.
+func TestInputSkipsABase64PayloadWrittenAsAString(t *testing.T) {
+	b64 := strings.Repeat("iVBORw0KGgo", 4000)
+	for _, tc := range []struct {
+		name string
+		body string
+		text int64
+	}{
+		{"Gemini inlineData", `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"` + b64 + `"}},{"text":"What is this?"}]}]}`, 13},
+		{"Gemini inline_data", `{"contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"audio/mp3","data":"` + b64 + `"}},{"text":"What is this?"}]}]}`, 13},
+		{"Responses input_image", `{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"What is this?"},` +
+			`{"type":"input_image","image_url":"data:image/png;base64,` + b64 + `","detail":"auto"}]}]}`, 13},
+		{"Responses input_file", `{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"What is this?"},` +
+			`{"type":"input_file","filename":"a.pdf","file_data":"data:application/pdf;base64,` + b64 + `"}]}]}`, 13 + 5},
+		{"Bedrock Llama images", `{"prompt":"What is this?","images":["` + b64 + `"],"max_gen_len":512}`, 13},
+		{"Bedrock Cohere embed images", `{"images":["data:image/png;base64,` + b64 + `"],"input_type":"image","embedding_types":["float"]}`, 5 + 5},
+		{"Bedrock Titan inputImage", `{"inputImage":"` + b64 + `","inputText":"What is this?"}`, 13},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Input([]byte(tc.body))
+			if err != nil || r.TextBytes != tc.text {
+				t.Fatalf("text %d bytes, want %d (%v)", r.TextBytes, tc.text, err)
+			}
+		})
+	}
+}
+
 func TestInput(t *testing.T) {
 	long := strings.Repeat("a", 4000)
 	for _, tc := range []struct {
@@ -285,7 +320,7 @@ func FuzzInputAsTheDecoderReadsIt(f *testing.F) {
 		`{"messages":"just text","image_url":{"url":"data:..."},"metadata":{"n":1e999}}`,
 		`{"content":"\ud83d\ude00 \ud83d \u0041\n\"\\ caf\u00e9 \xff\xfe"}`,
 		`{"m\u006fdel":"escaped key","r\u006fle":"user","t":true,"f":false,"n":null,"x":-0.5e-3}`,
-		`{"url":"a string under a payload's key is text","x":{"url":"so is this"}}`,
+		`{"url":"a string under a payload's key is no text","x":{"url":"nor is this"},"y":"but this is"}`,
 		`{"background":true,"b\u0061ckground":"x","input":"y","background":[true]}`,
 		`{"stream":true,"stream_options":{"include_usage":false,"x":"text"}}`,
 		` { "stream_options" : null , "str\u0065am_options"	:	{"a":[1,"b"]} , "stream" : true } `,
@@ -847,7 +882,7 @@ func (w *decoderWalker) value(key string, countElements, tokenElems, token bool)
 	}
 	switch v := t.(type) {
 	case string:
-		if !skipValue[key] {
+		if !skipValue[key] && !skipTree[key] {
 			w.r.TextBytes += int64(len(v))
 		}
 		return false, nil
