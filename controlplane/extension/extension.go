@@ -119,7 +119,8 @@ type Decision struct {
 // Decide approves or denies a request and answers it as it now is, with the member whose
 // entitlement changed (an approval's grant) for the caller to tell the enforcers after
 // commit. Deciding again the way it was decided answers the request as it is (a retried
-// review succeeds, and concurrent approvals grant one extension); the opposite decision
+// review succeeds, and concurrent approvals grant one extension; an approval retried
+// within the bucket's window announces its member again); the opposite decision
 // is 409 reset_request_decided. A request that went stale (the member left, the window
 // ended, the winner or its revision changed) is expired instead and answered with status
 // expired.
@@ -134,10 +135,23 @@ func Decide(ctx context.Context, tx pgx.Tx, a Auditor, d Decision, now time.Time
 	if err != nil {
 		return r, nil, err
 	}
-	switch r.Status {
-	case d.To, Expired:
+	switch {
+	case r.Status == Approved && d.To == Approved:
+		// A retried approval: the first one's announcement may have been lost. Its
+		// COMMIT's answer was lost (the connection broke during it: the reviewer got 503
+		// though the grant committed), or its control plane died between the commit and
+		// the post-commit refresh; the reviewer, who saw an error, approves again. The
+		// member is announced again while the granted bucket's window lasts, or the
+		// enforcers would keep refusing them on the record from before the grant (a
+		// blocked member settles nothing that would rewrite it) until the next daily
+		// reset, when they resolve records that lack the new day.
+		if now.Before(r.WindowEnd) {
+			return r, []string{r.MemberID}, nil
+		}
 		return r, nil, nil
-	case Approved, Denied:
+	case r.Status == d.To || r.Status == Expired:
+		return r, nil, nil
+	case r.Status == Approved || r.Status == Denied:
 		return r, nil, fault.Conflictf("reset_request_decided", "The request was already %s.", r.Status)
 	}
 	stale, err := staleness(ctx, tx, r, now)

@@ -1,0 +1,82 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/controlplane/metrics"
+	"github.com/tollgate-dev/tollgate/controlplane/mirrorsync"
+	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/internal/testredis"
+	"github.com/tollgate-dev/tollgate/pkg/window"
+)
+
+// losableEvents passes the REST side's events to a mirror writer, except entitlement
+// changes while lose is set: the announcement a control plane that died just after its
+// commit never made.
+type losableEvents struct {
+	lateEvents
+	lose atomic.Bool
+}
+
+func (l *losableEvents) EntitlementChanged(ctx context.Context, org string, m []string) {
+	if !l.lose.Load() {
+		l.w.EntitlementChanged(ctx, org, m)
+	}
+}
+
+// An approval whose announcement to the enforcers was lost (the control plane died
+// between its commit and the post-commit refresh of the member's record, and the owner
+// saw an error) is approved again by the owner: the retry answers "approved" and must
+// tell the enforcers, or the member stays refused on the record from before the grant
+// (a blocked member settles nothing that would rewrite it) until the next daily reset.
+// Before, a repeated approval answered the request as it was and announced nothing.
+func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
+	t.Parallel()
+	ev := &losableEvents{}
+	e := apitest.NewWith(t, apitest.Options{Events: ev})
+	rdb, layout := testredis.New(t)
+	w := mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: rdb, Layout: layout, Clock: e.Clock,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(prometheus.NewRegistry())})
+	if err := w.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev.w = w
+	o, bob, r := bobAsksForMore(t, e)
+	extension := func() int64 {
+		t.Helper()
+		rec, err := layout.Read(context.Background(), rdb, bob.MemberID, w.Generation())
+		if err != nil || rec == nil {
+			t.Fatalf("bob's record: %v %v", rec, err)
+		}
+		for _, l := range rec.GetEntitlement().GetLimits() {
+			if l.GetTimeframe() == string(window.Day) {
+				return l.GetExtensionMicroUsd()
+			}
+		}
+		t.Fatal("no day limit in bob's record")
+		return 0
+	}
+	if got := extension(); got != 0 {
+		t.Fatalf("extension %d before the approval", got)
+	}
+	ev.lose.Store(true)
+	if got := approve(t, e, o, r.ID); got.Status != "approved" {
+		t.Fatalf("approval %+v", got)
+	}
+	ev.lose.Store(false)
+	if got := approve(t, e, o, r.ID); got.Status != "approved" {
+		t.Fatalf("retried approval %+v", got)
+	}
+	if got := extension(); got != 3 {
+		t.Fatalf("after the retried approval the enforcers' record says extension %d, want 3", got)
+	}
+	// A repeated denial changes no entitlement and announces nothing.
+	e.Do(t, "POST", resetsPath+"/"+r.ID+"/deny", nil, o.As()...).ExpectError(t, http.StatusConflict, "reset_request_decided")
+}
