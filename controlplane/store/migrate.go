@@ -5,14 +5,17 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed migrations/*.sql
@@ -65,6 +68,22 @@ func parseOldestReader(version int, up string) (int, error) {
 // migrationLock is the advisory lock key that serializes migrators (replicas, Helm hook
 // Job, tests) so two of them never apply the same step at once.
 const migrationLock = 7_311_001
+
+// A migration is applied while the previous release serves. A step that alters a table
+// another session holds (a long transaction, a pg_dump under way) waits for its lock,
+// and Postgres queues every later query of that table behind the waiting step: without
+// a bound, the serving control planes' settlements stalled for as long as the other
+// session held on. So each try of a step waits for its locks at most migrationLockWait
+// (lock_timeout), and a step refused a lock is tried again after migrationLockPause,
+// until it has been tried for migrationLockBudget.
+var (
+	migrationLockWait   = 2 * time.Second
+	migrationLockPause  = time.Second
+	migrationLockBudget = 10 * time.Minute
+)
+
+// lockNotAvailable is SQLSTATE 55P03, lock_timeout's.
+const lockNotAvailable = "55P03"
 
 // Migrations returns the embedded migrations in version order. File names are
 // NNNN_name.up.sql and NNNN_name.down.sql.
@@ -288,8 +307,11 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 		return nil, err
 	}
 	var applied []int
-	step := func(m Migration, up bool) error {
+	try := func(m Migration, up bool) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, migrationLockWait.Milliseconds())); err != nil {
+				return err
+			}
 			sql := m.Down
 			if up {
 				sql = m.Up
@@ -304,6 +326,29 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 			}
 			return err
 		})
+	}
+	step := func(m Migration, up bool) error {
+		giveUp := time.Now().Add(migrationLockBudget)
+		for tries := 1; ; tries++ {
+			err := try(m, up)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != lockNotAvailable {
+				return err
+			}
+			if !time.Now().Before(giveUp) {
+				return fmt.Errorf("migration %04d_%s: other sessions held the locks of its tables through %d tries over %s "+
+					"(each try waits %s, so that the serving control planes' queries never queue longer behind it), and this step changed nothing: "+
+					"end the long transaction holding them (pg_stat_activity; a pg_dump holds its tables until it ends) and run migrate again: %w",
+					m.Version, m.Name, tries, migrationLockBudget, migrationLockWait, err)
+			}
+			log.Warn("migration waits for a table lock another session holds (a long transaction, a backup); trying again",
+				"version", m.Version, "name", m.Name, "try", tries)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(migrationLockPause):
+			}
+		}
 	}
 	for _, m := range ms {
 		if !done[m.Version] && m.Version <= target {

@@ -1,0 +1,104 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+)
+
+// migrationUnderAReader opens a database whose migration 0032 (it alters usage_receipts,
+// which every settlement writes) is pending, and a transaction of another session that
+// has read usage_receipts and holds it so (a long report, a pg_dump under way); release
+// ends that transaction.
+func migrationUnderAReader(t *testing.T) (st *store.Store, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	st = storetest.New(t)
+	if _, err := st.MigrateTo(ctx, quiet(), 31); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := st.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM usage_receipts`); err != nil {
+		t.Fatal(err)
+	}
+	once := false
+	release = func() {
+		if !once {
+			once = true
+			reader.Rollback(ctx) //nolint:errcheck
+		}
+	}
+	t.Cleanup(release)
+	return st, release
+}
+
+// TestMigrationNeverHoldsUpTheServingQueries: a migration is applied while the previous
+// release serves. One that alters a table another session holds (a long transaction, a
+// backup's pg_dump) waits for its lock, and Postgres queues every later query of that
+// table behind it: the settlements of the serving control planes stalled for as long as
+// the other transaction ran. Each try of a step now waits for its locks a bounded time
+// (lock_timeout), and the step is tried again until the other session lets go.
+func TestMigrationNeverHoldsUpTheServingQueries(t *testing.T) {
+	ctx := context.Background()
+	st, release := migrationUnderAReader(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Migrate(ctx, quiet())
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the migration is waiting for its lock
+	probe, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	began := time.Now()
+	var n int64
+	if err := st.Pool.QueryRow(probe, `SELECT count(*) FROM usage_receipts`).Scan(&n); err != nil {
+		t.Errorf("a serving query of usage_receipts during the migration: %v after %s", err, time.Since(began).Round(time.Millisecond))
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("migrate once the other session let go: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("migrate did not end after the other session let go")
+	}
+	if pending, err := st.Pending(ctx); err != nil || len(pending) != 0 {
+		t.Fatalf("pending after migrate: %v, %v", pending, err)
+	}
+}
+
+// TestMigrationGivesUpOnALockHeldTooLong: when the other session holds the table past
+// the tries' budget, migrate fails naming the migration and what to do, and leaves the
+// schema as it was (the step rolled back whole); migrate applies it once the session
+// ends.
+func TestMigrationGivesUpOnALockHeldTooLong(t *testing.T) {
+	ctx := context.Background()
+	defer store.SetMigrationLockWait(100*time.Millisecond, 50*time.Millisecond, time.Second)()
+	st, release := migrationUnderAReader(t)
+	run, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	applied, err := st.Migrate(run, quiet())
+	if err == nil || run.Err() != nil {
+		t.Fatalf("migrate under a held table: applied %v, %v (context %v)", applied, err, run.Err())
+	}
+	for _, want := range []string{"migration 0032_receipt_refused", "lock", "run migrate again"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if v, _ := st.SchemaVersion(ctx); v != 31 {
+		t.Fatalf("schema at %d after the failed step, want 31", v)
+	}
+	release()
+	if applied, err := st.Migrate(ctx, quiet()); err != nil || len(applied) != 3 {
+		t.Fatalf("migrate after the session ended: %v, %v", applied, err)
+	}
+}
