@@ -35,6 +35,8 @@ func literal(t *testing.T, v any) string {
 		return fmt.Sprint(v)
 	case time.Time:
 		return "'" + v.UTC().Format(time.RFC3339Nano) + "'"
+	case []byte:
+		return fmt.Sprintf(`'\\x%x'::bytea`, v)
 	}
 	t.Fatalf("no literal for %T", v)
 	return ""

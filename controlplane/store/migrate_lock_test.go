@@ -98,7 +98,7 @@ func TestMigrationGivesUpOnALockHeldTooLong(t *testing.T) {
 		t.Fatalf("schema at %d after the failed step, want 31", v)
 	}
 	release()
-	if applied, err := st.Migrate(ctx, quiet()); err != nil || len(applied) != 3 {
+	if applied, err := st.Migrate(ctx, quiet()); err != nil || len(applied) != store.LatestVersion()-31 { // 0030 is no more
 		t.Fatalf("migrate after the session ended: %v, %v", applied, err)
 	}
 }
