@@ -159,21 +159,13 @@ func migrateTo(ctx context.Context, st *store.Store, log *slog.Logger, target in
 		return fmt.Errorf("database schema has migration(s) newer than this build's %d, which it cannot revert: %s; run `controlplane migrate --to %d` with the image of the build that applied them (or a newer one)",
 			latest, describeMigrations(newer), target)
 	}
-	ms, err := store.Migrations()
-	if err != nil {
-		return err
-	}
-	names := map[int]string{}
-	for _, m := range ms {
-		names[m.Version] = fmt.Sprintf("%04d_%s", m.Version, m.Name)
-	}
 	steps, err := st.MigrateTo(ctx, log, target)
 	// The steps taken before any failure too: each committed on its own.
 	for _, v := range steps {
 		if v < 0 {
-			fmt.Fprintf(stdout, "reverted %s\n", names[-v])
+			fmt.Fprintf(stdout, "reverted %s\n", store.MigrationLabel(-v))
 		} else {
-			fmt.Fprintf(stdout, "applied %s\n", names[v])
+			fmt.Fprintf(stdout, "applied %s\n", store.MigrationLabel(v))
 		}
 	}
 	if err != nil {

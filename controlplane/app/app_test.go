@@ -252,6 +252,56 @@ func TestMigrateTo(t *testing.T) {
 	}
 }
 
+// Migration 0030 was removed after databases applied it, and they still record it.
+// migrate --to below it, run before rolling back to a build whose latest is lower, left
+// that record: the schema still read as version 30 ("schema at version 30"), which the
+// older build refuses as newer than itself, so the way back the docs give never ended.
+// Reverting below it removes its record (its storage setting stays, which every build
+// runs on); migrating up again does not bring it back.
+func TestMigrateToBelowARemovedMigration(t *testing.T) {
+	ctx := context.Background()
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := app.Run(ctx, args, env, app.IO{Stdout: &out, Stderr: io.Discard})
+		return out.String(), err
+	}
+	if _, err := run("migrate"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// As the build that had 0030 left the database.
+	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES (30, 'starts_fillfactor');
+		ALTER TABLE usage_request_starts SET (fillfactor = 50)`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("migrate", "--to", "29")
+	if err != nil || !strings.HasSuffix(out, fmt.Sprintf("reverted 0031_mirror_repairs\nreverted 0030_starts_fillfactor\nschema at version 29 (%d migration(s) reverted or applied)\n",
+		store.LatestVersion()-29)) {
+		t.Fatalf("migrate --to 29: %v, printed %q", err, out)
+	}
+	var recorded bool
+	var options []string
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 30),
+		(SELECT coalesce(reloptions, '{}') FROM pg_class WHERE relname = 'usage_request_starts')`).Scan(&recorded, &options); err != nil {
+		t.Fatal(err)
+	}
+	if recorded || len(options) != 1 || options[0] != "fillfactor=50" {
+		t.Fatalf("after migrate --to 29: 0030 recorded %v, the starts' options %v", recorded, options)
+	}
+	if out, err := run("migrate"); err != nil || !strings.Contains(out, fmt.Sprintf("schema at version %d", store.LatestVersion())) {
+		t.Fatalf("migrate up again: %v, printed %q", err, out)
+	}
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 30)`).Scan(&recorded); err != nil || recorded {
+		t.Fatalf("0030 recorded again: %v, %v", recorded, err)
+	}
+}
+
 // migrate prints the version the database reached, which is this build's latest once
 // every migration is applied.
 func TestMigratePrintsTheVersionReached(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,6 +132,32 @@ func Migrations() ([]Migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
+}
+
+// retiredMigrations are migrations removed from the tree after databases applied them,
+// which those databases still record in schema_migrations, by version. Their schema is
+// one every build runs on. Reverting below one (migrate --to) removes its record and
+// nothing else: left there, the schema read as that version, which an older build
+// refuses as newer than itself.
+var retiredMigrations = map[int]string{
+	// Kept the starts' pages half free; the storage setting stays, as an operator may
+	// choose it (docs/accounting.md, "Half-free pages").
+	30: "starts_fillfactor",
+}
+
+// MigrationLabel names migration version as its files do (0033_list_indexes), a
+// retired one included; "" for a version this build never had.
+func MigrationLabel(version int) string {
+	if name, ok := retiredMigrations[version]; ok {
+		return fmt.Sprintf("%04d_%s", version, name)
+	}
+	ms, _ := Migrations()
+	for _, m := range ms {
+		if m.Version == version {
+			return fmt.Sprintf("%04d_%s", m.Version, m.Name)
+		}
+	}
+	return ""
 }
 
 // LatestVersion is the schema version the embedded migrations produce.
@@ -316,8 +343,11 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 			if up {
 				sql = m.Up
 			}
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+			// A retired migration has none: its record alone goes.
+			if sql != "" {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
+				}
 			}
 			if up {
 				_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, oldest_reader) VALUES ($1, $2, $3)`, m.Version, m.Name, m.OldestReader)
@@ -359,8 +389,12 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 			applied = append(applied, m.Version)
 		}
 	}
-	for i := len(ms) - 1; i >= 0; i-- {
-		m := ms[i]
+	down := slices.Clone(ms)
+	for v, name := range retiredMigrations {
+		down = append(down, Migration{Version: v, Name: name})
+	}
+	sort.Slice(down, func(i, j int) bool { return down[i].Version > down[j].Version })
+	for _, m := range down {
 		if done[m.Version] && m.Version > target {
 			log.Info("reverting migration", "version", m.Version, "name", m.Name)
 			if err := step(m, false); err != nil {
