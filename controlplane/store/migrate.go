@@ -309,8 +309,24 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 		return nil, err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
-		return nil, err
+	// Tried, not waited for: a wait for it would end at a lock_timeout or
+	// statement_timeout set on the database, failing the second of two migrators.
+	for waited := false; ; waited = true {
+		var mine bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, migrationLock).Scan(&mine); err != nil {
+			return nil, err
+		}
+		if mine {
+			break
+		}
+		if !waited {
+			log.Info("waiting for another migrator (a replica, the migration Job) to finish")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(migrationLockPause):
+		}
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock) //nolint:errcheck
 	for _, stmt := range []string{createMigrationTable, addOldestReaderColumn} {

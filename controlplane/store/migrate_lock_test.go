@@ -102,3 +102,37 @@ func TestMigrationGivesUpOnALockHeldTooLong(t *testing.T) {
 		t.Fatalf("migrate after the session ended: %v, %v", applied, err)
 	}
 }
+
+// TestMigratorsTakeTurnsUnderALockTimeout: two migrators at once (replicas started with
+// --auto-migrate, the chart's Job beside one) take turns on the migration lock. With a
+// lock_timeout set on the database (docs/admin.md, "When Postgres is in trouble"), the
+// second one's wait for that lock was cut at it, and migrate failed with Postgres's
+// "canceling statement due to lock timeout", naming no migration; it now waits its turn.
+func TestMigratorsTakeTurnsUnderALockTimeout(t *testing.T) {
+	ctx := context.Background()
+	name := storetest.NewDatabase(t)
+	st, err := store.Open(ctx, storetest.URLWith(name, "lock_timeout=200ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	other, err := st.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	// The other migrator, under way.
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock(7311001)`); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(time.Second)
+		other.Exec(ctx, `SELECT pg_advisory_unlock(7311001)`) //nolint:errcheck
+	}()
+	run, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	applied, err := st.Migrate(run, quiet())
+	if ms, _ := store.Migrations(); err != nil || len(applied) != len(ms) {
+		t.Fatalf("migrate after the other migrator: applied %d migrations, %v", len(applied), err)
+	}
+}
