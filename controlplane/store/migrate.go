@@ -352,7 +352,9 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, target int) ([]
 	var applied []int
 	try := func(m Migration, up bool) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, migrationLockWait.Milliseconds())); err != nil {
+			// No statement_timeout set on the database for the serving queries applies: a
+			// migration's longer statement (an index on a large table) would never pass.
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = 0`, migrationLockWait.Milliseconds())); err != nil {
 				return err
 			}
 			sql := m.Down

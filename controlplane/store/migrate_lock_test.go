@@ -136,3 +136,39 @@ func TestMigratorsTakeTurnsUnderALockTimeout(t *testing.T) {
 		t.Fatalf("migrate after the other migrator: applied %d migrations, %v", len(applied), err)
 	}
 }
+
+// TestMigrationOutlastsAStatementTimeout: a statement_timeout set on the database for
+// the serving queries (docs/admin.md, "When Postgres is in trouble") cut a migration's
+// longer statements (an index built on a large table, an UPDATE of every receipt), so
+// that migration could never be applied until the setting was lifted; a migration's
+// statements run without it (its lock waits stay bounded by its own lock_timeout).
+func TestMigrationOutlastsAStatementTimeout(t *testing.T) {
+	t.Parallel() // its own database; the lock settings it reads are only set by tests that are not parallel
+	ctx := context.Background()
+	name := storetest.NewDatabase(t)
+	plain, err := store.Open(ctx, storetest.URLFor(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.MigrateTo(ctx, quiet(), 34); err != nil {
+		t.Fatal(err)
+	}
+	// Enough members that 0035's index takes longer than the timeout below.
+	if _, err := plain.Pool.Exec(ctx, `
+		INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_1', 'O', 'o', now());
+		INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+			SELECT 'usr_' || i, 'u' || i || '@x.test', 'u' || i || '@x.test', 'U', 'x', now(), now() FROM generate_series(1, 150000) i;
+		INSERT INTO members (id, organization_id, user_id, role, created_at)
+			SELECT 'om_' || i, 'org_1', 'usr_' || i, 'member', now() FROM generate_series(1, 150000) i`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, storetest.URLWith(name, "statement_timeout=100ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if applied, err := st.Migrate(ctx, quiet()); err != nil || len(applied) != store.LatestVersion()-34 {
+		t.Fatalf("migrate under a statement_timeout: %v, %v", applied, err)
+	}
+}
