@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,8 +35,50 @@ func tables(t *testing.T, st *store.Store) []string {
 	return out
 }
 
-// TestMigrationsUpDownUp applies every migration, reverts them all, and applies them
-// again: each down file must undo its up file completely.
+// schema describes the database's schema as the migrations make it: every column (its
+// type, nullability and default, not its place: a column a down file adds back comes
+// last, and every statement names its columns), constraint, index, table option and
+// function, but those of extensions (0003's down file keeps pg_trgm, as it says).
+func schema(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	rows, err := st.Pool.Query(context.Background(), `
+		SELECT format('column %s.%s %s%s default %s', c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
+				CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, coalesce(pg_get_expr(d.adbin, d.adrelid), '-'))
+			FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+			WHERE n.nspname = 'public' AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+				AND c.relname <> 'schema_migrations'
+		UNION ALL
+		SELECT format('constraint %s.%s %s', c.relname, k.conname, pg_get_constraintdef(k.oid))
+			FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = 'public' AND c.relname <> 'schema_migrations'
+		UNION ALL
+		SELECT format('index %s', pg_get_indexdef(i.indexrelid))
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = 'public' AND c.relname <> 'schema_migrations'
+		UNION ALL
+		SELECT format('options %s %s', c.relname, c.reloptions)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = 'public' AND c.reloptions IS NOT NULL
+		UNION ALL
+		SELECT format('function %s', pg_get_functiondef(p.oid))
+			FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+			WHERE n.nspname = 'public' AND NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.objid = p.oid AND e.deptype = 'e')
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMigrationsUpDownUp applies the migrations one at a time, reverts them one at a
+// time, and applies them again: each down file must leave the schema exactly as it was
+// before its up file (columns with their types and defaults, constraints,
+// indexes, table options, functions), not only drop its tables.
 func TestMigrationsUpDownUp(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, storetest.URLFor(storetest.NewDatabase(t)))
@@ -46,13 +89,13 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if v, err := st.SchemaVersion(ctx); err != nil || v != 0 {
 		t.Fatalf("empty database at version %d, %v", v, err)
 	}
-	applied, err := st.Migrate(ctx, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ms, _ := store.Migrations()
-	if len(applied) != len(ms) {
-		t.Fatalf("applied %v of %d migrations", applied, len(ms))
+	before := map[int][]string{0: schema(t, st)}
+	for _, m := range ms {
+		if _, err := st.MigrateTo(ctx, quiet(), m.Version); err != nil {
+			t.Fatal(err)
+		}
+		before[m.Version] = schema(t, st)
 	}
 	first := tables(t, st)
 	if len(first) == 0 {
@@ -61,8 +104,18 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if again, err := st.Migrate(ctx, quiet()); err != nil || len(again) != 0 {
 		t.Fatalf("second migrate applied %v, %v", again, err)
 	}
-	if _, err := st.MigrateTo(ctx, quiet(), 0); err != nil {
-		t.Fatal(err)
+	for i := len(ms) - 1; i >= 0; i-- {
+		below := 0
+		if i > 0 {
+			below = ms[i-1].Version
+		}
+		if _, err := st.MigrateTo(ctx, quiet(), below); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := schema(t, st), before[below]; !slices.Equal(got, want) {
+			t.Errorf("migration %04d_%s: its down file left the schema other than before its up file:\n%s",
+				ms[i].Version, ms[i].Name, difference(want, got))
+		}
 	}
 	if left := tables(t, st); len(left) != 0 {
 		t.Fatalf("tables left after migrating down: %v", left)
@@ -70,12 +123,28 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if _, err := st.Migrate(ctx, quiet()); err != nil {
 		t.Fatal(err)
 	}
-	if second := tables(t, st); len(second) != len(first) {
-		t.Fatalf("tables differ after up-down-up: %v vs %v", first, second)
+	if got := schema(t, st); !slices.Equal(got, before[store.LatestVersion()]) {
+		t.Fatalf("the schema differs after up, down, up:\n%s", difference(before[store.LatestVersion()], got))
 	}
 	if v, _ := st.SchemaVersion(ctx); v != store.LatestVersion() {
 		t.Fatalf("version %d, want %d", v, store.LatestVersion())
 	}
+}
+
+// difference lists the lines of want missing from got (-) and those got has beyond it (+).
+func difference(want, got []string) string {
+	var b strings.Builder
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			b.WriteString("- " + w + "\n")
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			b.WriteString("+ " + g + "\n")
+		}
+	}
+	return b.String()
 }
 
 func TestInTxRetriesSerializationFailures(t *testing.T) {
