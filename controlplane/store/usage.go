@@ -640,9 +640,16 @@ type UsageRequestPosition struct {
 }
 
 // ListUsageRequests reads one page (Limit+1 rows, so callers can tell whether more
-// follow) and never changes a row: stale pending requests are shown, not rewritten.
+// follow) and never changes a row: stale pending requests are shown, not rewritten. The
+// organization's list and a member's are two statements, each with its index
+// (usage_reset_requests_org, usage_reset_requests_member): one for both, an empty
+// member id matching every member, had a generic plan that walked the organization's
+// every request for a member's page.
 func ListUsageRequests(ctx context.Context, q Querier, p UsageRequestPage) ([]UsageRequest, error) {
-	where := `r.organization_id = $1 AND ($2 = '' OR r.member_id = $2)`
+	where := `r.organization_id = $1 AND $2 = ''`
+	if p.MemberID != "" {
+		where = `r.organization_id = $1 AND r.member_id = $2`
+	}
 	order := ``
 	var cmp string
 	if p.History {
