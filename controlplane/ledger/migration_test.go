@@ -3,9 +3,14 @@ package ledger_test
 import (
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	at "github.com/tollgate-dev/tollgate/controlplane/internal/accountingtest"
+	"github.com/tollgate-dev/tollgate/controlplane/store"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -182,4 +187,115 @@ func TestPriceMigrationRoundTrip(t *testing.T) {
 	if _, _, unpriced, _, _ := e.Tracking(t, ms[0]); unpriced != 2 {
 		t.Fatalf("unpriced %d", unpriced)
 	}
+}
+
+// Every down file down to the accounting tables' own (0005) and every up file again,
+// under receipts of every kind settlement writes (an upstream cost, an unknown one, a
+// fallback-priced, an estimated, a dear tier's, a refusal's, an event created by a
+// settlement's snapshot), a pending start, a quarantined settlement, a void that found
+// no start and a pruned snapshot: each receipt comes back with its cost, source and
+// charges, each counter with its spend, the invariants hold, and settling the same
+// requests again is a duplicate at the same cost. The tests above take the data of one
+// migration each through; this one the whole way, so that a down file written later
+// that loses rows, or fails on them, is found.
+func TestEveryMigrationRoundTripsWithAccountingRows(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 2)
+	now := e.Clock.Now()
+	items := []*internalv1.SettleItem{
+		{UpstreamCostMicroUsd: at.Cost(700), Complete: true},
+		{Model: "x"},
+		{Model: "nobody-priced-this", InputTokens: 10, Complete: true},
+		{Model: "gpt-4o-mini", OutputTokens: 1000, UsageEstimated: true},
+		{Model: "gpt-4o-mini", OutputTokens: 1000, Complete: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED},
+		{Refused: true, Complete: true, UpstreamCostMicroUsd: at.Cost(0)},
+	}
+	for _, it := range items {
+		it.RequestId = at.ReqID()
+		start1(t, e, at.StartItem(it.RequestId, org, ms[0], now, 0))
+	}
+	event := &internalv1.SettleItem{RequestId: at.ReqID(), OrganizationId: org, MemberId: ms[1], Snapshot: at.Snapshot(org, ms[1], now, 0),
+		UpstreamCostMicroUsd: at.Cost(5), Complete: true}
+	items = append(items, event)
+	first := map[string]*internalv1.SettleResult{}
+	for _, it := range items {
+		r := settle1(t, e, it)
+		if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settle %v: %v", it, r)
+		}
+		first[it.RequestId] = r
+	}
+	if r := start1(t, e, at.StartItem(at.ReqID(), org, ms[1], now, 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("pending start: %v", r)
+	}
+	if r := settle1(t, e, &internalv1.SettleItem{RequestId: at.ReqID(), OrganizationId: org, MemberId: ms[0],
+		UpstreamCostMicroUsd: at.Cost(5), Complete: true}); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_NO_SNAPSHOT {
+		t.Fatalf("quarantined: %v", r)
+	}
+	if r := settle1(t, e, void(at.ReqID(), org, ms[0])); r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED {
+		t.Fatalf("void: %v", r)
+	}
+	if _, err := e.Store.Pool.Exec(ctx, `UPDATE usage_request_starts SET snapshot = NULL WHERE request_id = $1`, items[0].RequestId); err != nil {
+		t.Fatal(err)
+	}
+	at.Check(t, e.Store)
+	state := func() map[string]string {
+		t.Helper()
+		rows, err := e.Store.Pool.Query(ctx, `
+			SELECT 'receipt ' || request_id, format('%s %s %s %s %s', cost_micro_usd, cost_source, complete, charge_bucket_ids,
+					charge_amounts_micro_usd)
+				FROM usage_receipts
+			UNION ALL SELECT 'bucket ' || id, format('used %s unpriced %s incomplete %s', used_micro_usd, unpriced_requests, incomplete_requests)
+				FROM usage_buckets
+			UNION ALL SELECT 'start ' || request_id, format('%s %s', state, member_id) FROM usage_request_starts
+			UNION ALL SELECT 'quarantined ' || request_id, reason FROM usage_quarantined_settlements`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		var k, v string
+		if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := state()
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, m := range slices.Backward(mustMigrations(t)) {
+		if m.Version <= 5 {
+			break
+		}
+		if _, err := e.Store.MigrateTo(ctx, log, m.Version-1); err != nil {
+			t.Fatalf("down from %04d_%s: %v", m.Version, m.Name, err)
+		}
+	}
+	if _, err := e.Store.Migrate(ctx, log); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if after := state(); !maps.Equal(before, after) {
+		for k, v := range before {
+			if after[k] != v {
+				t.Errorf("%s: %q before the way down and up, %q after", k, v, after[k])
+			}
+		}
+		t.FailNow()
+	}
+	at.Check(t, e.Store)
+	for _, it := range items {
+		r := settle1(t, e, it)
+		if want := first[it.RequestId]; r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE || r.CostMicroUsd != want.CostMicroUsd {
+			t.Errorf("settling %s again after the way down and up: %v; first %v", it.RequestId, r, want)
+		}
+	}
+}
+
+func mustMigrations(t *testing.T) []store.Migration {
+	t.Helper()
+	ms, err := store.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }
