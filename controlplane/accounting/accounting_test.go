@@ -405,6 +405,10 @@ func TestCostOf(t *testing.T) {
 		{"the advisor at the executor's price when its own is not known", withAdvisor(Usage{InputTokens: 10_000, OutputTokens: 2_000}),
 			PricedAt{Price: Price{InputPerMillion: 1_000_000, OutputPerMillion: 5_000_000, CachedInputPerMillion: 100_000, CacheWritePerMillion: &haikuWrite}, Source: PriceCatalog},
 			20_000 + 10_000 + 1_200 + 10_000 + 7_500, SourceCatalogEstimate, BasisReportedUsage, false, nil},
+		// An advisor tool whose caching's ttl is "1h" writes for an hour: 5,000 of the 8,000
+		// writes at twice Opus's input (10 USD per million), 50,000 where they were 31,250.
+		{"the advisor's one-hour cache writes at its one-hour price", func() Usage { u := advisor; u.AdvisorCacheWrite1hTokens = 5_000; return u }(), haiku,
+			advisorCost - 5_000*6_250_000/1_000_000 + 5_000*10_000_000/1_000_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"the advisor's cache writes without a cache-write price: at its input price", Usage{AdvisorInputTokens: 1_000, AdvisorCacheWriteTokens: 1_000},
 			PricedAt{Price: Price{Advisor: &Price{InputPerMillion: 2_000_000}}, Source: PriceCatalog}, 2_000, SourceCatalogEstimate, BasisReportedUsage, false, nil},
 		{"the advisor's cache reads and writes above its input: both charged, no uncached input",

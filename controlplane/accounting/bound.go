@@ -98,7 +98,8 @@ func Bound(u Usage) (Usage, []string) {
 		{"image_output_tokens", &u.ImageOutputTokens}, {"image_tool_input_tokens", &u.ImageToolInputTokens},
 		{"image_tool_cached_input_tokens", &u.ImageToolCachedInputTokens}, {"advisor_input_tokens", &u.AdvisorInputTokens},
 		{"advisor_output_tokens", &u.AdvisorOutputTokens}, {"advisor_cached_input_tokens", &u.AdvisorCachedInputTokens},
-		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens}} {
+		{"advisor_cache_creation_input_tokens", &u.AdvisorCacheWriteTokens},
+		{"advisor_cache_creation_one_hour_input_tokens", &u.AdvisorCacheWrite1hTokens}} {
 		limit := MaxTokens
 		switch c.v {
 		case &u.AudioInputMillis:

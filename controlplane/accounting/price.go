@@ -230,11 +230,14 @@ type Usage struct {
 	// of the counts above and billed at the advisor model's prices: priced as a response
 	// of their own at Price.Advisor (AdvisorUsage), on top of the tokens. As for the
 	// response, AdvisorInputTokens includes the cache reads and writes, the two parts
-	// after it; the writes are five-minute ones (priced at the cache-write price).
-	AdvisorInputTokens       int64
-	AdvisorOutputTokens      int64
-	AdvisorCachedInputTokens int64
-	AdvisorCacheWriteTokens  int64
+	// after it; AdvisorCacheWrite1hTokens is the part of the writes made for an hour (an
+	// advisor tool whose caching's ttl is "1h", priced at Price.CacheWrite1h), the rest
+	// five-minute ones (priced at the cache-write price).
+	AdvisorInputTokens        int64
+	AdvisorOutputTokens       int64
+	AdvisorCachedInputTokens  int64
+	AdvisorCacheWriteTokens   int64
+	AdvisorCacheWrite1hTokens int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens where the upstream reported them (OpenAI's audio_tokens, Gemini's
 	// AUDIO modality); nil when it did not (or the counts are estimates): the split is
@@ -316,11 +319,13 @@ func (u Usage) HasAdvisor() bool {
 }
 
 // AdvisorUsage is the usage of the advisor's sub-inferences as a response of their own:
-// their input (cache reads and writes included), output, cache reads and writes, which
+// their input (cache reads and writes included), output, cache reads and writes (those
+// made for an hour among them), which
 // CostOf prices at Price.Advisor with CatalogCost like the response's tokens.
 func (u Usage) AdvisorUsage() Usage {
 	return Usage{InputTokens: u.AdvisorInputTokens, OutputTokens: u.AdvisorOutputTokens,
-		CachedInputTokens: u.AdvisorCachedInputTokens, CacheWriteTokens: u.AdvisorCacheWriteTokens}
+		CachedInputTokens: u.AdvisorCachedInputTokens, CacheWriteTokens: u.AdvisorCacheWriteTokens,
+		CacheWrite1hTokens: u.AdvisorCacheWrite1hTokens}
 }
 
 // Basis says how a cost for u is known: an upstream cost; else nothing when no token
@@ -395,7 +400,7 @@ func CostOf(u Usage, p PricedAt) (Cost, error) {
 		u.ContainerMinutes < 0 || p.Price.Container.PerHour < 0 || !u.GuardrailUnits.Valid() || !p.Price.Guardrails.Valid() ||
 		u.ImageGenerationCalls < 0 || u.ImageOutputTokens < 0 || u.ImageToolInputTokens < 0 || u.ImageToolCachedInputTokens < 0 ||
 		u.AdvisorInputTokens < 0 || u.AdvisorOutputTokens < 0 ||
-		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
+		u.AdvisorCachedInputTokens < 0 || u.AdvisorCacheWriteTokens < 0 || u.AdvisorCacheWrite1hTokens < 0 || negative(u.AudioInputTokens) || negative(u.AudioOutputTokens) {
 		return Cost{}, ErrBadUsage
 	}
 	c := Cost{Basis: u.Basis()}

@@ -545,6 +545,13 @@ func TestSettlementPricing(t *testing.T) {
 		{"the advisor alone is usage", nil,
 			advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5", Complete: true}),
 			advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"},
+		{"the advisor's writes made for an hour: at twice claude-opus-4-7's input", nil,
+			func() *internalv1.SettleItem {
+				it := advised("claude-opus-4-7", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true})
+				it.AdvisorCacheCreationOneHourInputTokens = 8_000
+				return it
+			}(),
+			executor + advisorAtOpus + 8_000*(2*opus.InputPerMillion-opus.CacheWrite())/1_000_000, "catalog_estimate", "catalog", "reported_usage"}, // 30,000 more
 		{"a dated advisor model: its family's price", nil,
 			advised("claude-opus-4-7-20260301", &internalv1.SettleItem{Model: "claude-haiku-4-5", InputTokens: 10_000, OutputTokens: 2_000, Complete: true}),
 			executor + advisorAtOpus, "catalog_estimate", "catalog", "reported_usage"},

@@ -156,7 +156,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 		ImageGenerationCalls: it.GetImageGenerationCalls(), ImageOutputTokens: it.GetImageOutputTokens(),
 		ImageToolInputTokens: it.GetImageToolInputTokens(), ImageToolCachedInputTokens: it.GetImageToolCachedInputTokens(),
 		AdvisorInputTokens: it.GetAdvisorInputTokens(), AdvisorOutputTokens: it.GetAdvisorOutputTokens(),
-		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(),
+		AdvisorCachedInputTokens: it.GetAdvisorCachedInputTokens(), AdvisorCacheWriteTokens: it.GetAdvisorCacheCreationInputTokens(), AdvisorCacheWrite1hTokens: it.GetAdvisorCacheCreationOneHourInputTokens(),
 		AudioInputTokens: it.AudioInputTokens, AudioOutputTokens: it.AudioOutputTokens, CachedAudioInputTokens: it.CachedAudioInputTokens,
 		ImageInputTokens: it.ImageInputTokens, CachedImageInputTokens: it.CachedImageInputTokens,
 		UpstreamCost: it.UpstreamCostMicroUsd, Estimated: it.GetUsageEstimated(), Tier: tierOf(it),

@@ -347,6 +347,10 @@ type settleBody struct {
 	AdvisorOutputTokens             *int64  `json:"advisorOutputTokens"`
 	AdvisorCachedInputTokens        *int64  `json:"advisorCachedInputTokens"`
 	AdvisorCacheCreationInputTokens *int64  `json:"advisorCacheCreationInputTokens"`
+	// AdvisorCacheCreationOneHourInputTokens is the part of
+	// advisorCacheCreationInputTokens written for an hour (an advisor tool whose
+	// caching's ttl is "1h"), priced as cacheCreationOneHourInputTokens is.
+	AdvisorCacheCreationOneHourInputTokens *int64 `json:"advisorCacheCreationOneHourInputTokens"`
 	// MapsGroundedPrompts is 1 when the answer was grounded with Google Maps (Gemini's
 	// googleMaps tool: a candidate's groundingMetadata.groundingChunks[] held a maps
 	// source), billed per grounded prompt; a request is one prompt, so 0 or 1.
@@ -462,6 +466,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{"imageToolInputTokens", in.ImageToolInputTokens}, {"imageToolCachedInputTokens", in.ImageToolCachedInputTokens},
 		{"advisorInputTokens", in.AdvisorInputTokens}, {"advisorOutputTokens", in.AdvisorOutputTokens},
 		{"advisorCachedInputTokens", in.AdvisorCachedInputTokens}, {"advisorCacheCreationInputTokens", in.AdvisorCacheCreationInputTokens},
+		{"advisorCacheCreationOneHourInputTokens", in.AdvisorCacheCreationOneHourInputTokens},
 		{"audioInputTokens", in.AudioInputTokens}, {"audioOutputTokens", in.AudioOutputTokens}, {"cachedAudioInputTokens", in.CachedAudioInputTokens},
 		{"imageInputTokens", in.ImageInputTokens}, {"cachedImageInputTokens", in.CachedImageInputTokens},
 		{"ocrPages", in.OCRPages}, {"containerMinutes", in.ContainerMinutes}, {"upstreamCostMicroUsd", in.UpstreamCostMicroUSD}} {
@@ -523,6 +528,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 		{&u.ImageToolInputTokens, in.ImageToolInputTokens}, {&u.ImageToolCachedInputTokens, in.ImageToolCachedInputTokens},
 		{&u.AdvisorInputTokens, in.AdvisorInputTokens}, {&u.AdvisorOutputTokens, in.AdvisorOutputTokens},
 		{&u.AdvisorCachedInputTokens, in.AdvisorCachedInputTokens}, {&u.AdvisorCacheCreationInputTokens, in.AdvisorCacheCreationInputTokens},
+		{&u.AdvisorCacheCreation1hInputTokens, in.AdvisorCacheCreationOneHourInputTokens},
 		{&u.MapsGroundedPrompts, in.MapsGroundedPrompts}, {&u.OCRPages, in.OCRPages}, {&u.ContainerMinutes, in.ContainerMinutes}} {
 		if f.src != nil {
 			*f.dst = *f.src

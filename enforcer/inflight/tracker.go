@@ -103,6 +103,7 @@ type Usage struct {
 	AdvisorModel                                              string
 	AdvisorInputTokens, AdvisorOutputTokens                   int64
 	AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens int64
+	AdvisorCacheCreation1hInputTokens                         int64
 	// MapsGroundedPrompts is 1 when the answer was grounded with Google Maps, billed
 	// per grounded prompt (responseusage.Usage.MapsGroundedPrompts).
 	MapsGroundedPrompts int64
@@ -186,7 +187,7 @@ func FromResponse(got responseusage.Usage, ended bool, status int32, unbilled bo
 		AudioInputMillis: got.AudioInputMillis, WebSearchRequests: got.WebSearchRequests, FileSearchCalls: got.FileSearchCalls,
 		ImageGenerationCalls: got.ImageGenerationCalls, ImageToolInputTokens: got.ImageToolInputTokens,
 		ImageToolCachedInputTokens: got.ImageToolCachedInputTokens, AdvisorInputTokens: got.AdvisorInputTokens, AdvisorOutputTokens: got.AdvisorOutputTokens,
-		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens,
+		AdvisorCachedInputTokens: got.AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens: got.AdvisorCacheCreationInputTokens, AdvisorCacheCreation1hInputTokens: got.AdvisorCacheCreation1hInputTokens,
 		MapsGroundedPrompts: got.MapsGroundedPrompts, OCRPages: got.OCRPages, Guardrail: got.Guardrail, UpstreamCostMicroUSD: got.CostMicroUSD, Complete: got.Complete, UpstreamStatus: status, Tier: got.Tier, Regional: got.Regional,
 		AudioInputTokens: reported(got.AudioInputTokens, got.AudioInputReported), AudioOutputTokens: reported(got.AudioOutputTokens, got.AudioOutputReported),
 		CachedAudioInputTokens: reported(got.CachedAudioInputTokens, got.CachedAudioInputReported),
@@ -649,6 +650,7 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		GuardrailUnits:                  guardrailUnits(u.Guardrail),
 		Refused:                         u.Refused,
 	}
+	item.AdvisorCacheCreationOneHourInputTokens = u.AdvisorCacheCreation1hInputTokens
 	var res *settleq.Reservation
 	r := t.take(id)
 	start := t.clk.Now() // of a request this process did not admit: not known
@@ -787,8 +789,9 @@ func advisorCounts(item *internalv1.SettleItem, rd *reading) {
 	add(&item.OutputTokens, item.AdvisorOutputTokens)
 	add(&item.CachedInputTokens, item.AdvisorCachedInputTokens)
 	add(&item.CacheCreationInputTokens, item.AdvisorCacheCreationInputTokens)
+	add(&item.CacheCreationOneHourInputTokens, item.AdvisorCacheCreationOneHourInputTokens)
 	item.AdvisorInputTokens, item.AdvisorOutputTokens = 0, 0
-	item.AdvisorCachedInputTokens, item.AdvisorCacheCreationInputTokens = 0, 0
+	item.AdvisorCachedInputTokens, item.AdvisorCacheCreationInputTokens, item.AdvisorCacheCreationOneHourInputTokens = 0, 0, 0
 }
 
 // charge completes what a response stream reported with estimates (see Finish). rd is

@@ -247,21 +247,23 @@ func TestImageGenerationCallsAreSettled(t *testing.T) {
 // counts (charged at its model's price, never dropped).
 func TestAdvisorCountsAreSettled(t *testing.T) {
 	advised := Usage{Model: "claude-haiku-4-5", InputTokens: 900, OutputTokens: 100, CachedTokens: 50, Complete: true, UpstreamStatus: 200,
-		AdvisorInputTokens: 1000, AdvisorOutputTokens: 200, AdvisorCachedInputTokens: 300, AdvisorCacheCreationInputTokens: 40}
+		AdvisorInputTokens: 1000, AdvisorOutputTokens: 200, AdvisorCachedInputTokens: 300, AdvisorCacheCreationInputTokens: 40,
+		AdvisorCacheCreation1hInputTokens: 30}
 	reported := advised
 	reported.AdvisorModel = "claude-opus-4-8"
 	for _, tc := range []struct {
-		name                 string
-		recorded             bool
-		u                    Usage
-		model                string
-		in, out, cached      int64
-		advIn, advOut, write int64
+		name                       string
+		recorded                   bool
+		u                          Usage
+		model                      string
+		in, out, cached            int64
+		advIn, advOut, write, hour int64
+		ownWrite, ownHour          int64
 	}{
-		{"the request's advisor", true, advised, "claude-opus-4-7", 900, 100, 50, 1000, 200, 40},
-		{"the reporter's advisor", true, reported, "claude-opus-4-8", 900, 100, 50, 1000, 200, 40},
-		{"the request not known here: the response's own", false, advised, "", 1900, 300, 350, 0, 0, 0},
-		{"no advisor counts", true, Usage{Model: "m", InputTokens: 3, Complete: true}, "", 3, 0, 0, 0, 0, 0},
+		{"the request's advisor", true, advised, "claude-opus-4-7", 900, 100, 50, 1000, 200, 40, 30, 0, 0},
+		{"the reporter's advisor", true, reported, "claude-opus-4-8", 900, 100, 50, 1000, 200, 40, 30, 0, 0},
+		{"the request not known here: the response's own", false, advised, "", 1900, 300, 350, 0, 0, 0, 0, 40, 30},
+		{"no advisor counts", true, Usage{Model: "m", InputTokens: 3, Complete: true}, "", 3, 0, 0, 0, 0, 0, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, q := admittedReqA()
@@ -271,7 +273,9 @@ func TestAdvisorCountsAreSettled(t *testing.T) {
 			_ = tr.Finish("req_a", tc.u, nil)
 			it := q.items[0]
 			if it.GetAdvisorModel() != tc.model || it.GetInputTokens() != tc.in || it.GetOutputTokens() != tc.out || it.GetCachedInputTokens() != tc.cached ||
-				it.GetAdvisorInputTokens() != tc.advIn || it.GetAdvisorOutputTokens() != tc.advOut || it.GetAdvisorCacheCreationInputTokens() != tc.write {
+				it.GetAdvisorInputTokens() != tc.advIn || it.GetAdvisorOutputTokens() != tc.advOut || it.GetAdvisorCacheCreationInputTokens() != tc.write ||
+				it.GetAdvisorCacheCreationOneHourInputTokens() != tc.hour || it.GetCacheCreationInputTokens() != tc.ownWrite ||
+				it.GetCacheCreationOneHourInputTokens() != tc.ownHour {
 				t.Fatalf("settled %v", it)
 			}
 		})

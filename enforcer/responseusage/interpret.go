@@ -543,6 +543,9 @@ const (
 	tokIterOutput     = tokGeminiCandidates
 	tokIterCacheRead  = tokGeminiCached
 	tokIterCacheWrite = tokGeminiThoughts
+	// tokIterCacheWrite1h: the part of tokIterCacheWrite made for an hour; its audio
+	// slot is no count of an Anthropic usage (fill reads audio of other families).
+	tokIterCacheWrite1h = tokAudioIn
 )
 
 // noteIterations keeps the sums of an Anthropic document's usage.iterations[] entries
@@ -554,7 +557,8 @@ func (a *accumulator) noteIterations(d *docFields) {
 	for _, m := range [...]struct{ from, to int }{{tokInput, tokIterInput}, {tokOutput, tokIterOutput},
 		{tokCacheRead, tokIterCacheRead}, {tokCacheCreation, tokIterCacheWrite},
 		{tokAdvisorInput, tokAdvisorInput}, {tokAdvisorOutput, tokAdvisorOutput},
-		{tokAdvisorCacheRead, tokAdvisorCacheRead}, {tokAdvisorCacheWrite, tokAdvisorCacheWrite}} {
+		{tokAdvisorCacheRead, tokAdvisorCacheRead}, {tokAdvisorCacheWrite, tokAdvisorCacheWrite},
+		{tokCacheWritePart, tokIterCacheWrite1h}, {tokAdvisorCacheWrite1h, tokAdvisorCacheWrite1h}} {
 		if v, ok := it.get(m.from); ok {
 			a.u.setMax(m.to, v)
 		}
@@ -762,6 +766,9 @@ func (a *accumulator) fill(u *Usage) {
 		u.AdvisorOutputTokens, _ = a.u.get(tokAdvisorOutput)
 		u.AdvisorInputTokens = plus(saturate.Add(advCached, advWritten), tokAdvisorInput)
 		u.AdvisorCachedInputTokens, u.AdvisorCacheCreationInputTokens = advCached, advWritten
+		// The part of its writes made for an hour, never more than its writes.
+		advHour, _ := a.u.get(tokAdvisorCacheWrite1h)
+		u.AdvisorCacheCreation1hInputTokens = min(advHour, advWritten)
 	}
 	u.OutputTokens = out
 	u.CachedInputTokens = cached
@@ -777,6 +784,11 @@ func (a *accumulator) fill(u *Usage) {
 		// The part written for an hour (cache_creation.ephemeral_1h_input_tokens), never
 		// more than the writes.
 		created1h, _ := a.u.get(tokCacheWritePart)
+		if a.fam == famAnthropic {
+			// And those of the iterations billed apart (a compaction's).
+			v, _ := a.u.get(tokIterCacheWrite1h)
+			created1h = saturate.Add(created1h, v)
+		}
 		u.CacheCreation1hInputTokens = min(created1h, created)
 		if hasIn {
 			if in > math.MaxInt64-cached || in+cached > math.MaxInt64-created {

@@ -585,6 +585,14 @@ func oracleIterations(usage []member, it *usageFields) {
 						it.add(iterSlot(t, advisor), n)
 					}
 				}
+				// Its cache writes made for an hour.
+				if split, ok := g.val.([]member); ok && g.key == "cache_creation" && apart {
+					for _, h := range split {
+						if n, ok := plainCount(h.val); ok && h.key == "ephemeral_1h_input_tokens" {
+							it.add(iterSlot(tokCacheWritePart, advisor), n)
+						}
+					}
+				}
 			}
 		}
 	}

@@ -556,6 +556,11 @@ const (
 	tokAdvisorOutput     = tokCompletion
 	tokAdvisorCacheRead  = tokCachedPrompt
 	tokAdvisorCacheWrite = tokCachedInput
+	// tokAdvisorCacheWrite1h is the part of the advisor's cache writes made for an hour
+	// (its entries' cache_creation.ephemeral_1h_input_tokens: a tool whose caching's ttl
+	// is "1h"), in a slot no Anthropic usage has either; a compaction's is in
+	// tokCacheWritePart, as the top level's.
+	tokAdvisorCacheWrite1h = tokAudioOut
 )
 
 // iterSlot is the slot of rootIterations an iterations entry's count tok adds to: the
@@ -573,6 +578,8 @@ func iterSlot(tok int, advisor bool) int {
 		return tokAdvisorCacheRead
 	case tokCacheCreation:
 		return tokAdvisorCacheWrite
+	case tokCacheWritePart:
+		return tokAdvisorCacheWrite1h
 	}
 	return tok
 }
@@ -2156,6 +2163,9 @@ func (s *scanner) classify() target {
 		if k[0] == kMessage && k[1] == kUsage && k[2] == kIterations && k[3] == kArr {
 			return iterationMember(k[4])
 		}
+		if k[0] == kUsage && k[1] == kIterations && k[2] == kArr && k[3] == kCacheCreation && k[4] == kEphemeral1h {
+			return iterationHour
+		}
 		if k[0] == kResponse && k[1] == kOutput && k[2] == kArr && k[3] == kAction && k[4] == kType {
 			return target{kind: tgActionType}
 		}
@@ -2166,6 +2176,9 @@ func (s *scanner) classify() target {
 			return target{kind: tgSearchQuery}
 		}
 	case 6:
+		if k[0] == kMessage && k[1] == kUsage && k[2] == kIterations && k[3] == kArr && k[4] == kCacheCreation && k[5] == kEphemeral1h {
+			return iterationHour
+		}
 		if k[0] == kCandidates && k[1] == kArr && k[2] == kGrounding && k[3] == kChunks && k[4] == kArr && k[5] == kMaps {
 			return target{kind: tgMapsSource}
 		}
@@ -2268,6 +2281,12 @@ func iterationMember(k uint8) target {
 	}
 	return target{}
 }
+
+// iterationHour is the target of an entry's cache_creation.ephemeral_1h_input_tokens in
+// Anthropic's usage.iterations[]: the part of the entry's cache writes made for an hour
+// (a compaction's, an advisor's whose tool caches for an hour), dearer than the
+// five-minute ones, as the top level's is.
+var iterationHour = target{kind: tgIterTok, tok: tokCacheWritePart}
 
 // listEntryMember is the target of key k of an entry of a list of root's Gemini usage
 // (list: the list's key): a *TokensDetails entry's modality and count, a

@@ -127,8 +127,8 @@ type Usage struct {
 	// cache (Anthropic's cache_creation_input_tokens; 0 elsewhere).
 	CacheCreationInputTokens int64
 	// CacheCreation1hInputTokens is the part of CacheCreationInputTokens written to
-	// Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens), dearer
-	// than the default five-minute one.
+	// Anthropic's one-hour cache (cache_creation.ephemeral_1h_input_tokens, the top
+	// level's and a compaction iteration's), dearer than the default five-minute one.
 	CacheCreation1hInputTokens int64
 	// WebSearchRequests counts the web searches Anthropic's server tool made for the
 	// request (usage.server_tool_use.web_search_requests, the largest reported; of a
@@ -170,9 +170,12 @@ type Usage struct {
 	// Anthropic's usage.iterations[] (its advisor tool's sub-inferences), left out of
 	// the other counts: they are billed at the advisor model's prices (the request's
 	// tool names it). The input includes the cache reads and writes, which the other two
-	// are parts of. 0 elsewhere.
+	// are parts of. 0 elsewhere. AdvisorCacheCreation1hInputTokens is the part of the
+	// advisor's writes made for an hour (its entries' cache_creation.
+	// ephemeral_1h_input_tokens: a tool whose caching's ttl is "1h"), at most them.
 	AdvisorInputTokens, AdvisorOutputTokens                   int64
 	AdvisorCachedInputTokens, AdvisorCacheCreationInputTokens int64
+	AdvisorCacheCreation1hInputTokens                         int64
 	// AudioInputTokens and AudioOutputTokens are the audio parts of InputTokens and
 	// OutputTokens, which some models price above text (pricecatalog.Price.
 	// AudioInputPerMillion): OpenAI's prompt_tokens_details.audio_tokens and

@@ -1693,6 +1693,46 @@ func TestAnthropicIterations(t *testing.T) {
 	}
 }
 
+// An entry of Anthropic's usage.iterations[] splits its cache writes by lifetime as the
+// top level does (cache_creation.ephemeral_1h_input_tokens): a compaction's writes made
+// for an hour are a part of the request's one-hour writes, an advisor's (a tool whose
+// caching's ttl is "1h") a part of the advisor's; a message entry's, in the top level's
+// already, add nothing. Each never more than its writes.
+func TestAnthropicIterationsOneHourCacheWrites(t *testing.T) {
+	iterations := `"iterations":[{"type":"message","input_tokens":100,"output_tokens":10,"cache_creation_input_tokens":50,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":50}},` +
+		`{"type":"compaction","input_tokens":1000,"output_tokens":300,"cache_read_input_tokens":0,"cache_creation_input_tokens":4000,"cache_creation":{"ephemeral_5m_input_tokens":1000,"ephemeral_1h_input_tokens":3000}},` +
+		`{"type":"advisor_message","model":"claude-opus-4-7","input_tokens":2000,"output_tokens":700,"cache_read_input_tokens":0,"cache_creation_input_tokens":9000,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":9000}}]`
+	body := `{"type":"message","model":"claude-haiku-4-5","content":[{"type":"text","text":"x"}],` +
+		`"usage":{"input_tokens":100,"output_tokens":10,"cache_read_input_tokens":0,"cache_creation_input_tokens":50,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":50},` + iterations + `}}`
+	want := Usage{Model: "claude-haiku-4-5", InputTokens: 100 + 50 + 1000 + 4000, OutputTokens: 10 + 300,
+		CacheCreationInputTokens: 50 + 4000, CacheCreation1hInputTokens: 50 + 3000, Complete: true, Format: FormatAnthropicMessages,
+		AdvisorInputTokens: 2000 + 9000, AdvisorOutputTokens: 700, AdvisorCacheCreationInputTokens: 9000, AdvisorCacheCreation1hInputTokens: 9000,
+		InputReported: true, OutputReported: true, TextBytes: 1}
+	checkSplits(t, ctJSON, nil, []byte(body), want)
+	if ref, ok := oracleFor(ctJSON, []byte(body)); !ok || !reflect.DeepEqual(ref, want) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+	// Streamed: message_delta's cumulative list, the last counting once.
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-haiku-4-5\",\"usage\":{\"input_tokens\":100,\"output_tokens\":1}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5," + iterations + "}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":10," + iterations + "}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	wantStream := Usage{Model: "claude-haiku-4-5", InputTokens: 100 + 1000 + 4000, OutputTokens: 10 + 300,
+		CacheCreationInputTokens: 4000, CacheCreation1hInputTokens: 3000, Complete: true, Format: FormatAnthropicSSE,
+		AdvisorInputTokens: 2000 + 9000, AdvisorOutputTokens: 700, AdvisorCacheCreationInputTokens: 9000, AdvisorCacheCreation1hInputTokens: 9000,
+		InputReported: true, OutputReported: true}
+	checkSplits(t, ctSSE, nil, []byte(stream), wantStream)
+	if ref, ok := oracleFor(ctSSE, []byte(stream)); !ok || !reflect.DeepEqual(ref, wantStream) {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+	// A part above its writes is read as the writes.
+	over := `{"type":"message","usage":{"input_tokens":10,"output_tokens":2,"iterations":[{"type":"compaction","input_tokens":1,"cache_creation_input_tokens":5,"cache_creation":{"ephemeral_1h_input_tokens":9}},` +
+		`{"type":"advisor_message","input_tokens":1,"cache_creation_input_tokens":6,"cache_creation":{"ephemeral_1h_input_tokens":8}}]}}`
+	if got := run(ctJSON, nil, Limits{}, [][]byte{[]byte(over)}, true); got.CacheCreation1hInputTokens != 5 || got.AdvisorCacheCreation1hInputTokens != 6 {
+		t.Fatalf("parts above the writes: %s", show(got))
+	}
+}
+
 // Anthropic says where a request's inference ran (usage.inference_geo): a geography
 // ("us", US-only inference) costs 1.1 times the price (Usage.Regional), "global" does not.
 // The last one counts, of the message, of message_start's message or of message_delta.

@@ -42,6 +42,8 @@ type resendBody struct {
 	ContainerKind                   string           `json:"containerKind,omitempty"`
 	ContainerMinutes                int64            `json:"containerMinutes,omitempty"`
 	GuardrailUnits                  *resendGuardrail `json:"guardrailUnits,omitempty"`
+	// The part of the advisor's cache writes made for an hour.
+	AdvisorCacheCreationOneHourInputTokens int64 `json:"advisorCacheCreationOneHourInputTokens,omitempty"`
 	// The pointers: absent and 0 say different things (docs/gateway.md).
 	AudioInputTokens       *int64 `json:"audioInputTokens,omitempty"`
 	AudioOutputTokens      *int64 `json:"audioOutputTokens,omitempty"`
@@ -92,7 +94,7 @@ func resendAttr(item *internalv1.SettleItem) slog.Attr {
 		ImageGenerationCalls: item.GetImageGenerationCalls(), ImageModel: item.GetImageModel(), ImageOutputTokens: item.GetImageOutputTokens(),
 		ImageToolInputTokens: item.GetImageToolInputTokens(), ImageToolCachedInputTokens: item.GetImageToolCachedInputTokens(),
 		AdvisorModel: item.GetAdvisorModel(), AdvisorInputTokens: item.GetAdvisorInputTokens(), AdvisorOutputTokens: item.GetAdvisorOutputTokens(),
-		AdvisorCachedInputTokens: item.GetAdvisorCachedInputTokens(), AdvisorCacheCreationInputTokens: item.GetAdvisorCacheCreationInputTokens(),
+		AdvisorCachedInputTokens: item.GetAdvisorCachedInputTokens(), AdvisorCacheCreationInputTokens: item.GetAdvisorCacheCreationInputTokens(), AdvisorCacheCreationOneHourInputTokens: item.GetAdvisorCacheCreationOneHourInputTokens(),
 		MapsGroundedPrompts: item.GetMapsGroundedPrompts(), OCRPages: item.GetOcrPages(),
 		ContainerKind: item.GetContainerKind(), ContainerMinutes: item.GetContainerMinutes(),
 		AudioInputTokens: item.AudioInputTokens, AudioOutputTokens: item.AudioOutputTokens, CachedAudioInputTokens: item.CachedAudioInputTokens,

@@ -1596,9 +1596,16 @@ type SettleItem struct {
 	// whatever its source; a refusal that comes after another settlement changes nothing
 	// (DUPLICATE). A control plane older than this field reads the item as it always did: a
 	// final receipt of a known 0, which the answer cannot promote.
-	Refused       bool `protobuf:"varint,45,opt,name=refused,proto3" json:"refused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Refused bool `protobuf:"varint,45,opt,name=refused,proto3" json:"refused,omitempty"`
+	// advisor_cache_creation_one_hour_input_tokens is the part of
+	// advisor_cache_creation_input_tokens written for an hour (the advisor_message
+	// entries' cache_creation.ephemeral_1h_input_tokens: an advisor tool whose caching's
+	// ttl is "1h"), priced at the advisor model's one-hour cache write
+	// (accounting.Price.CacheWrite1h) as cache_creation_one_hour_input_tokens is at the
+	// response's. A control plane older than this field prices them as five-minute writes.
+	AdvisorCacheCreationOneHourInputTokens int64 `protobuf:"varint,46,opt,name=advisor_cache_creation_one_hour_input_tokens,json=advisorCacheCreationOneHourInputTokens,proto3" json:"advisor_cache_creation_one_hour_input_tokens,omitempty"`
+	unknownFields                          protoimpl.UnknownFields
+	sizeCache                              protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1944,6 +1951,13 @@ func (x *SettleItem) GetRefused() bool {
 		return x.Refused
 	}
 	return false
+}
+
+func (x *SettleItem) GetAdvisorCacheCreationOneHourInputTokens() int64 {
+	if x != nil {
+		return x.AdvisorCacheCreationOneHourInputTokens
+	}
+	return 0
 }
 
 // GuardrailUnits counts what Amazon Bedrock's guardrails assessed: text units (up to
@@ -2427,7 +2441,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\x9a\x12\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xf8\x12\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2477,7 +2491,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x17image_tool_input_tokens\x18* \x01(\x03R\x14imageToolInputTokens\x12B\n" +
 	"\x1eimage_tool_cached_input_tokens\x18+ \x01(\x03R\x1aimageToolCachedInputTokens\x12\x16\n" +
 	"\x06voided\x18, \x01(\bR\x06voided\x12\x18\n" +
-	"\arefused\x18- \x01(\bR\arefusedB\x1a\n" +
+	"\arefused\x18- \x01(\bR\arefused\x12\\\n" +
+	",advisor_cache_creation_one_hour_input_tokens\x18. \x01(\x03R&advisorCacheCreationOneHourInputTokensB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
