@@ -368,10 +368,10 @@ func (a *accumulator) applyEvent(d *docFields) {
 	case famAnthropic:
 		a.noteIterations(d)
 		a.noteContainers(d)
-		if d.advisorResult && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
+		if d.advisorResult && !d.resultFailed && d.typ.is("content_block_start") && a.advisorResults < math.MaxUint16 {
 			a.advisorResults++
 		}
-		if d.webSearchResult && !d.webSearchFailed && d.typ.is("content_block_start") {
+		if d.webSearchResult && !d.resultFailed && d.typ.is("content_block_start") {
 			a.searchEvents = saturate16(a.searchEvents, 1) // a search done (searchResults)
 		}
 		switch {

@@ -1057,8 +1057,8 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 		}
 		for _, c := range all(b, "content") {
 			for _, f := range c {
-				if v, ok := f.val.(string); ok && f.key == "type" && v == "web_search_tool_result_error" {
-					d.webSearchFailed = true
+				if v, ok := f.val.(string); ok && f.key == "type" && (v == "web_search_tool_result_error" || v == "advisor_tool_result_error") {
+					d.resultFailed = true
 				}
 			}
 		}

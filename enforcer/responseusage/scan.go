@@ -698,9 +698,11 @@ type docFields struct {
 	advisorResult bool
 	// webSearchResult: the document is a content_block_start event that begins a
 	// web_search_tool_result block (Anthropic's web search server tool: a search done,
-	// billed, which only the last message_delta's usage counts); webSearchFailed: its
-	// content is an error (web_search_tool_result_error), a search Anthropic bills not.
-	webSearchResult, webSearchFailed bool
+	// billed, which only the last message_delta's usage counts); resultFailed: the
+	// block's content is an error (web_search_tool_result_error, a search Anthropic bills
+	// not; advisor_tool_result_error, a consultation that did not run: its max_uses
+	// reached, the advisor overloaded...), no search or consultation.
+	webSearchResult, resultFailed bool
 	// cachedAudio is the audio part of Gemini's cached count (cachedContentTokenCount):
 	// the AUDIO entry of usageMetadata.cacheTokensDetails, reported (hasCachedAudio) when
 	// the list was there, 0 when it has no AUDIO entry. The largest reported wins, as for
@@ -819,7 +821,7 @@ func (d *docFields) reset() {
 	d.finished, d.converse, d.hasCost, d.cost = false, false, false, 0
 	d.hasUpstream, d.upstream, d.byok = false, 0, false
 	d.searches, d.pageActions, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, 0, false
-	d.webSearchResult, d.webSearchFailed = false, false
+	d.webSearchResult, d.resultFailed = false, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
 	d.tierSeen, d.priorityTraffic, d.trafficSaid, d.geoPinned, d.mapsGrounded = 0, false, false, false, false
 	d.latency = pricecatalog.Standard
@@ -1646,8 +1648,8 @@ func (s *scanner) endString() bool {
 					s.doc.advisorResult = true
 				case s.keyCap.is("web_search_tool_result"):
 					s.doc.webSearchResult = true
-				case s.keyCap.is("web_search_tool_result_error"): // the block's content's type
-					s.doc.webSearchFailed = true
+				case s.keyCap.is("web_search_tool_result_error"), s.keyCap.is("advisor_tool_result_error"): // the block's content's type
+					s.doc.resultFailed = true
 				}
 			case s.capFor == capActionType:
 				s.pageAction()

@@ -2267,6 +2267,10 @@ func TestAdvisorResults(t *testing.T) {
 		{"cut before the result", start + consult(0)[:strings.Index(consult(0), "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1")], 0, false},
 		{"an escaped type", start + strings.Replace(consult(0), `"type":"advisor_tool_result"`, `"type":"adv\u0069sor_tool_result"`, 1), 1, false},
 		{"the type elsewhere", start + "event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":1,"delta":{"type":"advisor_tool_result"},"content":{"type":"advisor_tool_result"}}` + "\n\n", 0, false},
+		// A result that is an error (the tool's max_uses reached, the advisor overloaded) is
+		// no consultation: no sub-inference ran, and none is estimated.
+		{"an error result is none", start + consult(0) + strings.Replace(consult(1), `{"type":"advisor_result","text":"Check the edge case."}`,
+			`{"type":"advisor_tool_result_error","error_code":"max_uses_exceeded"}`, 1) + text, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for how, chunks := range map[string][][]byte{"whole": {[]byte(tc.body)}, "byte by byte": bytewise([]byte(tc.body))} {
