@@ -168,6 +168,7 @@ var textPaths, rawPaths = func() (map[string]bool, map[string]bool) {
 		"/outputs/[]/content/[]/text":                                    true,
 		"/outputs/[]/content/[]/thinking/[]/text":                        true,
 	}
+	t["/delta/content"] = true // Anthropic's compaction_delta
 	for _, at := range []string{"delta", "message"} {
 		for _, k := range []string{"content", "refusal", "reasoning", "reasoning_content", "function_call/arguments", "tool_calls/[]/function/arguments",
 			"audio/transcript"} {

@@ -26,6 +26,7 @@ import (
 //	output[].input / output[].code                    ... custom_tool_call, code_interpreter_call
 //	output[].summary[].text                           Responses reasoning summary, not streamed
 //	delta.text / .partial_json / .thinking            Anthropic content_block_delta
+//	delta.content                                     ... its compaction_delta (a summary)
 //	content[].text / .thinking                        Anthropic, not streamed
 //	content[].input (raw)                             Anthropic tool_use, not streamed
 //	candidates[].content.parts[].text                 Gemini, streamed or not
@@ -88,6 +89,12 @@ func (s *scanner) textTarget() uint8 {
 		}
 	case 2:
 		if k[0] == kDelta && (k[1] == kText || k[1] == kPartialJSON || k[1] == kThinking) {
+			return txText
+		}
+		if k[0] == kDelta && k[1] == kContent {
+			// Anthropic's compaction_delta: a compaction's summary, output it bills (its
+			// iteration's, reported only in the last message_delta). Since 2026-12-07;
+			// before, a stream cut after it was estimated from its answer's text alone.
 			return txText
 		}
 		if k[0] == kContent && k[1] == kText {

@@ -1693,6 +1693,26 @@ func TestAnthropicIterations(t *testing.T) {
 	}
 }
 
+// A compaction's summary is output Anthropic bills (its iteration's output_tokens),
+// streamed as compaction_delta content deltas before the last message_delta reports the
+// iteration: a stream cut after it counts the summary's text, from which its output is
+// estimated, as a text block's. Its opaque encrypted_content is no text.
+func TestAnthropicCompactionSummaryIsOutputText(t *testing.T) {
+	summary := strings.Repeat("The user asked for a refactor of the billing module. ", 40)
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-4-8\",\"usage\":{\"input_tokens\":25000,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"compaction\",\"content\":null,\"encrypted_content\":null}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"compaction_delta\",\"content\":\"" + summary + "\",\"encrypted_content\":\"c2VjcmV0\"}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Done.\"}}\n\n"
+	want := Usage{Model: "claude-opus-4-8", InputTokens: 25000, OutputTokens: 1, Format: FormatAnthropicSSE,
+		InputReported: true, OutputReported: true, TextBytes: int64(len(summary) + len("Done."))}
+	checkSplits(t, ctSSE, nil, []byte(stream), want)
+	if ref, ok := oracleFor(ctSSE, []byte(stream)); !ok || ref.TextBytes != want.TextBytes {
+		t.Fatalf("the reference reads %s", show(ref))
+	}
+}
+
 // An entry of Anthropic's usage.iterations[] splits its cache writes by lifetime as the
 // top level does (cache_creation.ephemeral_1h_input_tokens): a compaction's writes made
 // for an hour are a part of the request's one-hour writes, an advisor's (a tool whose
