@@ -238,6 +238,23 @@ type Request struct {
 	// search, file search...) a Responses request allows, all tools together; 0 when it
 	// sets none, or none that is a positive whole number.
 	MaxToolCalls int64
+	// Fallbacks: the request names a server-side fallback chain (Anthropic's top-level
+	// "fallbacks": an array, or "default"), substitute models the API retries it on when
+	// its model declines it, each attempt billed. FallbackChain is not the body's
+	// estimate: the front door sets it (requestbody.Fallbacks): the chain's models and
+	// their caps, or that it asks for the model's server-defined default chain
+	// (enforcer/worstcase); nil when not read. (A pointer, so that a Request stays
+	// comparable.)
+	Fallbacks     bool
+	FallbackChain *FallbackChain
+}
+
+// FallbackChain is a request's server-side fallback chain (Request.FallbackChain): the
+// entries that name a model, or Default, the requested model's server-defined chain,
+// which names none ("fallbacks": "default").
+type FallbackChain struct {
+	Entries []Fallback
+	Default bool
 }
 
 // CapKey is a set of the names an output cap is given by (Request.CapKeys).
@@ -257,6 +274,15 @@ const (
 type ImageCall struct {
 	Model  string
 	Tokens int64
+}
+
+// Fallback is one entry of a request's server-side fallback chain
+// (Request.FallbackChain): its model, the max_tokens of its attempt (0: the request's),
+// and its speed ("fast", "standard", or "" when it says none: the request's).
+type Fallback struct {
+	Model     string
+	MaxTokens int64
+	Speed     string
 }
 
 // maxCap bounds OutputCap: a float64 holds every whole number up to 2^53 exactly, and
@@ -405,6 +431,7 @@ const (
 	readSpeed
 	readLatency
 	readInferenceGeo
+	readFallbacks
 )
 
 var requestKeys = []requestKey{
@@ -431,6 +458,7 @@ var requestKeys = []requestKey{
 	{[]string{"speed"}, skipped, readSpeed},
 	{[]string{"performanceConfig"}, skipped, readLatency},
 	{[]string{"inference_geo"}, skipped, readInferenceGeo},
+	{[]string{"fallbacks"}, skipped, readFallbacks},
 }
 
 // read takes what a request member's well-formed value, body[start:end], says besides
@@ -491,6 +519,8 @@ func (w *walker) read(what memberRead, start, end int) {
 		r.Latency = w.tier(start, pricecatalog.LatencyNames[:], "latency")
 	case readInferenceGeo: // Anthropic's: a string other than "global" pins the geography
 		r.InferenceGeo = b[start] == '"' && !jsonscan.KeyIs(b[start:end], "global")
+	case readFallbacks: // Anthropic's: an array of models, or "default"; null names none
+		r.Fallbacks = b[start] == '[' || b[start] == '"'
 	}
 }
 

@@ -391,6 +391,10 @@ func BodyHint(body []byte, path, host string) Hint {
 		a := requestbody.AdvisorTool(body)
 		est.AdvisorModel, est.AdvisorMaxUses, est.AdvisorMaxTokens = a.Model, a.MaxUses, a.MaxTokens
 	}
+	if est.Fallbacks {
+		chain := requestbody.Fallbacks(body)
+		est.FallbackChain = &chain
+	}
 	if est.Container {
 		c := requestbody.ContainerTool(body)
 		est.ContainerKind, est.ExplicitContainer = c.Kind, c.Explicit

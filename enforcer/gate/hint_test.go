@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 )
@@ -50,6 +51,12 @@ func TestBodyHint(t *testing.T) {
 	if h := gate.BodyHint([]byte(advised), "/v1/messages", ""); h.Body == nil || !h.Body.Advisor || h.Body.AdvisorModel != "claude-opus-4-7" ||
 		h.Body.AdvisorMaxUses != 3 || h.Body.AdvisorMaxTokens != 2048 {
 		t.Fatalf("the advisor's hint: %+v", h.Body)
+	}
+	// A server-side fallback chain's models and caps, which its worst case is priced from.
+	chained := `{"model":"claude-fable-5","max_tokens":5,"fallbacks":[{"model":"claude-opus-4-8","max_tokens":64000,"speed":null}]}`
+	if h := gate.BodyHint([]byte(chained), "/v1/messages", ""); h.Body == nil || !h.Body.Fallbacks || h.Body.FallbackChain == nil ||
+		len(h.Body.FallbackChain.Entries) != 1 || h.Body.FallbackChain.Entries[0] != (estimate.Fallback{Model: "claude-opus-4-8", MaxTokens: 64_000, Speed: "standard"}) {
+		t.Fatalf("the fallback chain's hint: %+v", h.Body)
 	}
 	if h := gate.BodyHint([]byte(`not json`), "/v1/chat/completions", ""); h.Body != nil {
 		t.Fatalf("a body that is no JSON object, on a path that names no model, gave a hint: %+v", h.Body)

@@ -21,6 +21,10 @@ func TestReadersReadExactKeys(t *testing.T) {
 	if a := requestbody.AdvisorTool([]byte(`{"tools":[{"type":"advisor_20260301","model":"claude-opus-4-7","max_uses":50,"Max_Uses":1,"MAX_TOKENS":1}]}`)); a.MaxUses != 50 || a.MaxTokens != 0 {
 		t.Errorf("AdvisorTool = %+v, want 50 uses and no max_tokens", a)
 	}
+	if f := requestbody.Fallbacks([]byte(`{"fallbacks":[{"model":"claude-opus-4-8","max_tokens":64000,"Max_Tokens":1,"Model":"claude-haiku-4-5"}]}`)); len(f.Entries) != 1 ||
+		f.Entries[0].Model != "claude-opus-4-8" || f.Entries[0].MaxTokens != 64_000 {
+		t.Errorf("Fallbacks = %+v, want claude-opus-4-8 writing up to 64,000 tokens", f)
+	}
 	if c := requestbody.ContainerTool([]byte(`{"tools":[{"type":"code_interpreter","container":"cntr_1"}],"Tools":[]}`)); !c.Explicit {
 		t.Errorf("ContainerTool = %+v, want the container named by its id", c)
 	}

@@ -38,6 +38,10 @@
 // response.create with "generate": false, which prepares a turn's state and generates
 // nothing) costs its input alone, at its tier and premium: no output, no tool's call.
 //
+// A request with Anthropic's server-side fallback chain (estimate.Request.FallbackChain)
+// adds an attempt for each of its models (fallbackCost): declined, it is tried again on
+// each, and each attempt is billed.
+//
 // A request whose code tools run in a container billed by its time (OpenAI's code
 // interpreter and hosted shell, Anthropic's code execution: estimate.Request.
 // ContainerKind) adds one container session: its idle window at its price
@@ -198,6 +202,15 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		// Nothing generated, no tool called: its tools' calls cost nothing either.
 		return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in}
 	}
+	if req.Fallbacks {
+		// Declined, the request is tried again on each model of its fallback chain, each
+		// attempt billed at its model's prices on top of the rest.
+		retries, why := fallbackCost(cat, req, in, out, cost, orgKeys)
+		if why != "" {
+			return Cost{Unknown: why}
+		}
+		cost = min(cost+retries, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
 	// A model that searches for every request has a search tool without being given one.
 	req.WebSearch = req.WebSearch || e.SearchesEveryRequest
 	if req.WebSearch || req.FileSearch || req.ImageGeneration || req.MapsGrounding {
@@ -232,6 +245,68 @@ func Of(cat *pricecatalog.Catalog, req estimate.Request, orgKeys []string) Cost 
 		cost = min(cost+guard, money.MaxAllowanceMicroUSD)                             // both ≤ 2^53: no overflow
 	}
 	return Cost{MicroUSD: cost, Model: e.Model, InputTokens: in, OutputTokens: out}
+}
+
+// fallbackCost is the most the attempts of a request's server-side fallback chain
+// (Anthropic's "fallbacks", estimate.Request.FallbackChain) cost beyond its own attempt,
+// whose tokens' worst case is own and whose output cap is out: each attempt reads the
+// request's input in and what the attempts before it wrote (a fallback continues the
+// declined attempt's partial answer: the response's fallback block marks where), and
+// writes its entry's max_tokens (else the request's cap), clamped to its model's output limit
+// (NoCap where neither bounds it), at its model's dearest catalog prices (found as the
+// request's model is, so an organization's own price of it makes the worst case unknown),
+// at its speed tier (its entry's speed, else the request's) and the request's regional
+// or geography premium. A chain left to the server ("default") names no model: one more
+// attempt at own (the models Anthropic recommends as fallbacks are not dearer than the
+// one they stand in for).
+func fallbackCost(cat *pricecatalog.Catalog, req estimate.Request, in, out, own int64, orgKeys []string) (int64, Unknown) {
+	if req.FallbackChain == nil || req.FallbackChain.Default {
+		// Not read (a Request made otherwise), or not named: as the server's default.
+		return own, ""
+	}
+	var sum int64
+	read := in // the input, and the partial answers before the attempt
+	for _, f := range req.FallbackChain.Entries {
+		e, why := find(cat, req.Host, requestbody.CleanModel(f.Model), orgKeys)
+		if why != "" {
+			return 0, why
+		}
+		read = saturated(read, 0, 1, out) // the attempt before wrote up to out
+		out = f.MaxTokens
+		if out <= 0 {
+			out = req.OutputCap
+		}
+		switch lim := e.MaxOutputTokens; {
+		case lim > 0 && (out <= 0 || out > lim):
+			out = lim
+		case out <= 0:
+			return 0, NoCap
+		}
+		p := e.Dearest()
+		c := price(read, dearestInput(p), out, p.DearestOutput())
+		tier := req.AskedTier()
+		switch f.Speed {
+		case "fast":
+			tier = pricecatalog.Fast
+		case "standard":
+			tier = pricecatalog.Standard
+		}
+		if t, ok := pricecatalog.AtPercent(c, e.TierPercent(tier)); tier != pricecatalog.Standard {
+			c = money.MaxAllowanceMicroUSD
+			if ok {
+				c = min(t, money.MaxAllowanceMicroUSD)
+			}
+		}
+		if req.Regional || req.InferenceGeo {
+			if r, ok := pricecatalog.RegionalPremium(c, e.RegionalPremiumPercent); ok {
+				c = min(r, money.MaxAllowanceMicroUSD)
+			} else {
+				c = money.MaxAllowanceMicroUSD
+			}
+		}
+		sum = min(sum+c, money.MaxAllowanceMicroUSD) // both ≤ 2^53: no overflow
+	}
+	return sum, ""
 }
 
 // advisorCost is the most the consultations of a request's advisor tool cost: max_uses

@@ -666,3 +666,47 @@ func TestWarmupCostsItsInput(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackChain: a request with Anthropic's server-side fallback chain is tried again
+// on each of its models when its own declines it, each attempt billed: the worst case
+// adds each attempt, its input (and the partial answers of the attempts before it, which
+// it continues) at the model's dearest input and its entry's max_tokens (else the
+// request's) at the model's output price, at its speed; a chain left to the
+// server ("default") one more attempt at the request's own; a fallback model the catalog
+// does not price makes it unknown.
+func TestFallbackChain(t *testing.T) {
+	const msgs = `"model":"claude-fable-5","max_tokens":1000,"messages":[{"role":"user","content":"hello world, hello world"}]`
+	of := func(fallbacks string) Cost {
+		b := `{` + msgs + `,"fallbacks":` + fallbacks + `}`
+		r := body(t, b)
+		chain := requestbody.Fallbacks([]byte(b))
+		r.FallbackChain = &chain
+		return Of(pricecatalog.Default(), r, nil)
+	}
+	own := Of(pricecatalog.Default(), body(t, `{`+msgs+`}`), nil)
+	in := own.InputTokens
+	// claude-opus-4-8: its input at a one-hour cache write (10 USD per million), output 25;
+	// fast mode 6 times.
+	opus := func(read, out int64) int64 { return price(in+read, 10_000_000, out, 25_000_000) }
+	for _, tc := range []struct {
+		name, fallbacks string
+		want            int64
+	}{
+		{"its own max_tokens", `[{"model":"claude-opus-4-8","max_tokens":64000}]`, own.MicroUSD + opus(1_000, 64_000)},
+		{"the request's max_tokens", `[{"model":"claude-opus-4-8"}]`, own.MicroUSD + opus(1_000, 1_000)},
+		{"above the model's limit", `[{"model":"claude-opus-4-8","max_tokens":500000}]`, own.MicroUSD + opus(1_000, 128_000)},
+		{"two", `[{"model":"claude-opus-4-8","max_tokens":2000},{"model":"claude-opus-4-8"}]`, own.MicroUSD + opus(1_000, 2_000) + opus(3_000, 1_000)},
+		{"at fast speed", `[{"model":"claude-opus-4-8","speed":"fast"}]`, own.MicroUSD + 6*opus(1_000, 1_000)},
+		{"the server's default", `"default"`, 2 * own.MicroUSD},
+		{"none", `null`, own.MicroUSD},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := of(tc.fallbacks); got.MicroUSD != tc.want || got.Model != "claude-fable-5" {
+				t.Fatalf("got %+v, want %d (the request's own %d)", got, tc.want, own.MicroUSD)
+			}
+		})
+	}
+	if got := of(`[{"model":"acme-9"}]`); got.Unknown != NotInCatalog {
+		t.Fatalf("a fallback nobody priced: %+v", got)
+	}
+}
