@@ -1819,9 +1819,17 @@ func TestDeferredBillingAndRetrievals(t *testing.T) {
 		{"/v1/threads/thread_1/runs", `{"assistant_id":"asst_1"}`, "assistants_runs"},
 		{"/v1beta/interactions", `{"model":"gemini-3-pro-preview","input":"write a novel","background":true}`, "interactions"},
 		{"/v1beta/interactions", `{"agent":"deep-research-pro-preview-12-2025","input":"write a novel"}`, "interactions"},
+		// Dedicated deployments, billed by the GPU hour: Fireworks' created, Together's
+		// endpoint started (a PATCH, which is otherwise never billed).
+		{"/v1/accounts/acct-1/deployments", `{"baseModel":"accounts/fireworks/models/llama-v3p1-70b-instruct","minReplicaCount":4}`, "dedicated_deployments"},
+		{"PATCH /v1/endpoints/endpoint-1", `{"state":"STARTED","autoscaling":{"min_replicas":8,"max_replicas":8}}`, "dedicated_deployments"},
 	} {
 		e := newEnv(t, up.URL, gateway.Config{})
-		res := post(t, e.front.URL+c.path, "tgk_good", c.body)
+		method, path, ok := strings.Cut(c.path, " ")
+		if !ok {
+			method, path = "POST", c.path
+		}
+		res := send(t, method, e.front.URL+path, "tgk_good", strings.NewReader(c.body))
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		if res.StatusCode != 403 || res.Header.Get("X-Service-Error-Code") != "service_gateway_billing_deferred" ||

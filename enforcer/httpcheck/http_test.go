@@ -495,6 +495,8 @@ func TestCheckRefusesWhatIsBilledLater(t *testing.T) {
 		{"a fine-tuning job, the path after /check (Envoy's HTTP ext_authz)", "/v1/fine_tuning/jobs", map[string]string{"X-Api-Key": w.Key}, 403, "service_gateway_billing_deferred"},
 		{"a Gemini batch", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "POST",
 			"X-Forwarded-Uri": "/v1beta/models/gemini-2.5-flash:batchGenerateContent"}, 403, "service_gateway_billing_deferred"},
+		{"a Together endpoint started (a PATCH)", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "PATCH",
+			"X-Forwarded-Uri": "/v1/endpoints/endpoint-1"}, 403, "service_gateway_billing_deferred"},
 		{"an unknown key first", "", map[string]string{"X-Api-Key": "tgk_unknown", "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"}, 401, ""},
 		{"a spent limit first", "", map[string]string{"X-Api-Key": blocked.Key, "X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/batches"},
 			429, "service_gateway_usage_limit_exceeded"},

@@ -3,6 +3,7 @@ package requestbody
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -57,6 +58,12 @@ const (
 	// interpreter's sandboxes, billed by the container session, which outlives the
 	// request.
 	DeferredContainers = "containers"
+	// DeferredDedicated: the dedicated deployments of the open-model hosts, Fireworks'
+	// (POST /v1/accounts/{id}/deployments, a deployment's :undelete, its PATCH and
+	// PATCH :scale) and Together's dedicated endpoints (POST /v1/endpoints, an
+	// endpoint's PATCH, which starts it with "state": "STARTED"): GPUs reserved for the
+	// account, billed by the hour while they run, whatever tokens pass through them.
+	DeferredDedicated = "dedicated_deployments"
 )
 
 // DeferredAllowed is the set of the endpoints billed later (Deferred's names) that an
@@ -82,7 +89,7 @@ func AllowDeferred(endpoints ...string) (DeferredAllowed, error) {
 
 // DeferredEndpoints lists every name Deferred returns (metrics and docs).
 var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFineTuning, DeferredRealtime, DeferredVideos, DeferredBackground,
-	DeferredInteractions, DeferredEvals, DeferredChatKit, DeferredAgents, DeferredContextCaches, DeferredFileIndexing, DeferredContainers}
+	DeferredInteractions, DeferredEvals, DeferredChatKit, DeferredAgents, DeferredContextCaches, DeferredFileIndexing, DeferredContainers, DeferredDedicated}
 
 // Deferred names the kind of a request whose cost its own answer does not carry: the
 // provider does the work later and bills it then (a batch, an Assistants run, a
@@ -96,13 +103,19 @@ var DeferredEndpoints = []string{DeferredBatches, DeferredAssistants, DeferredFi
 // route prefix: only its end is compared, as a server would read it (percent-escapes
 // decoded, trailing slashes dropped, letters in any case: see comparable), so that a
 // spelling a provider accepts is no way around it. An unknown method ("") counts as a
-// POST.
+// POST; a PATCH is deferred only when it may start or scale a dedicated deployment
+// (DeferredDedicated), and Unbilled then does not take it for free.
 func Deferred(method, path string, background bool) string {
 	if !generates(method) {
+		if strings.EqualFold(method, http.MethodPatch) && dedicated(method, comparable(path)) {
+			return DeferredDedicated // a PATCH that may start one or add replicas
+		}
 		return ""
 	}
 	path = comparable(path)
 	switch {
+	case dedicated(method, path):
+		return DeferredDedicated
 	case strings.HasSuffix(path, "/batches"), strings.HasSuffix(path, ":batchGenerateContent"),
 		strings.HasSuffix(path, ":asyncBatchEmbedContent"),
 		// Amazon Bedrock: an asynchronous invocation (StartAsyncInvoke) and a batch
@@ -204,6 +217,27 @@ func Deferred(method, path string, background bool) string {
 		return DeferredInteractions
 	}
 	return ""
+}
+
+// dedicated reports whether a request of method to path (comparable) creates, starts
+// or scales a dedicated deployment (DeferredDedicated): a POST of Fireworks'
+// /v1/accounts/{id}/deployments or Together's /v1/endpoints, a POST of a Fireworks
+// deployment's :undelete, a PATCH of one deployment or endpoint (Fireworks' update and
+// :scale, Together's update, which starts or stops it and sets its replicas). A PATCH
+// that stops one is refused with the rest: the path does not tell them apart, and
+// stopping one that a front door could not have started is the console's work.
+func dedicated(method, path string) bool {
+	resource, verb := path, ""
+	if i := strings.LastIndexByte(path, ':'); i > strings.LastIndexByte(path, '/') {
+		resource, verb = path[:i], path[i+1:]
+	}
+	segs := strings.Split(resource, "/")
+	collection := endsWith(segs, []string{"accounts", "?", "deployments"}) || endsWith(segs, []string{"v1", "endpoints"})
+	one := endsWith(segs, []string{"accounts", "?", "deployments", "?"}) || endsWith(segs, []string{"v1", "endpoints", "?"})
+	if strings.EqualFold(method, http.MethodPatch) {
+		return one && (verb == "" || strings.EqualFold(verb, "scale"))
+	}
+	return collection && verb == "" || one && strings.EqualFold(verb, "undelete")
 }
 
 // comparable is a request path as Deferred compares it: ext_proc sees the path as the

@@ -21,7 +21,8 @@ var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens"
 // Unbilled reports whether a request is one the provider does not charge: any method
 // but POST (every provider's generation is a POST; a GET reads a stored object, such as
 // a stored response or chat completion, whose usage it shows again though it was
-// charged when it was generated, and DELETE removes one), a POST to an endpoint that
+// charged when it was generated, and DELETE removes one; save a PATCH that may start
+// or scale a dedicated deployment, billed later: Deferred), a POST to an endpoint that
 // generates nothing (unbilledPaths), or a POST that stores, updates or cancels
 // something and generates nothing (freePOST: an upload, a vector store, an assistant,
 // a stored chat completion's metadata). Without this rule the usage a retrieval or an
@@ -33,7 +34,7 @@ var unbilledPaths = []string{"/messages/count_tokens", "/responses/input_tokens"
 // ("", a proxy that did not say) counts as a POST: a request is never free by doubt.
 func Unbilled(method, path string) bool {
 	if !generates(method) {
-		return true
+		return Deferred(method, path, false) == "" // not a PATCH that starts a dedicated deployment
 	}
 	for _, p := range unbilledPaths {
 		if strings.HasSuffix(path, p) {

@@ -20,6 +20,13 @@ func TestUnbilled(t *testing.T) {
 			t.Errorf("a request of method %q is not billed", m)
 		}
 	}
+	// Save a PATCH that starts or scales a dedicated deployment, billed by the GPU hour
+	// (Deferred): it is refused, or charged as a POST billed later is when allowed.
+	for _, path := range []string{"/v1/endpoints/endpoint-1", "/v1/accounts/a/deployments/d-1", "/v1/accounts/a/deployments/d-1:scale"} {
+		if requestbody.Unbilled("PATCH", path) {
+			t.Errorf("a PATCH of %s is unbilled", path)
+		}
+	}
 	for path, want := range map[string]bool{
 		"/v1/messages/count_tokens":                   true,
 		"/anthropic/v1/messages/count_tokens":         true, // behind a route prefix
@@ -257,6 +264,21 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/accounts/acct-1/batchInferenceJobs", false, requestbody.DeferredBatches},
 		{"POST", "/v1/fine-tunes/ft-1/cancel", false, ""},
 		{"GET", "/v1/accounts/acct-1/supervisedFineTuningJobs", false, ""},
+		// Dedicated deployments of the open-model hosts, billed by the GPU hour while they
+		// run, whatever passes through them: created, started, scaled, undeleted.
+		{"POST", "/v1/accounts/acct-1/deployments", false, requestbody.DeferredDedicated},                // Fireworks'
+		{"POST", "/v1/accounts/acct-1/deployments/dep-1:undelete", false, requestbody.DeferredDedicated}, // a deleted deployment back
+		{"PATCH", "/v1/accounts/acct-1/deployments/dep-1", false, requestbody.DeferredDedicated},         // minReplicaCount raised
+		{"patch", "/v1/accounts/acct-1/deployments/dep-1:scale", false, requestbody.DeferredDedicated},   // replicas out of zero
+		{"POST", "/v1/endpoints", false, requestbody.DeferredDedicated},                                  // Together's dedicated endpoints
+		{"POST", "/together/v1/Endpoints/", false, requestbody.DeferredDedicated},                        // behind a route prefix, as a server reads it
+		{"PATCH", "/v1/endpoints/endpoint-d23901de", false, requestbody.DeferredDedicated},               // "state": "STARTED"
+		{"GET", "/v1/accounts/acct-1/deployments", false, ""},
+		{"DELETE", "/v1/accounts/acct-1/deployments/dep-1", false, ""},
+		{"DELETE", "/v1/endpoints/endpoint-d23901de", false, ""},
+		{"PATCH", "/v1/endpoints", false, ""},
+		{"PATCH", "/v1/accounts/acct-1/deployedModels/dm-1", false, ""},
+		{"POST", "/v1/endpoints/endpoint-d23901de/adapters", false, ""}, // an adapter on an endpoint already billed
 		{"GET", "/v1/videos/vid_1", false, ""},
 		// Their neighbours start nothing billed.
 		{"POST", "/v1/libraries", false, ""},
