@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,16 +39,32 @@ import (
 // serve is the serve subcommand: configuration, the store (schema checked, platform
 // admins seeded) and Redis, then New, Listen and Serve; the Redis client and then the
 // pool close last, once everything that uses them has stopped.
-func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+// parseServe is serve's configuration, checked as far as it can be without connecting
+// to anything: its flags and environment, and an internal API an enforcer can
+// authenticate to.
+func parseServe(args []string, getenv func(string) string, stdio IO) (Config, error) {
 	var autoMigrate bool
 	cfg, err := parseConfig("serve", args, getenv, stdio, func(fs *flag.FlagSet) {
 		fs.BoolVar(&autoMigrate, "auto-migrate", false, "apply pending migrations at start instead of refusing to serve")
 	})
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	cfg.AutoMigrate = autoMigrate
-	if err := checkInternalAuth(cfg); err != nil {
+	return cfg, checkInternalAuth(cfg)
+}
+
+// CheckServe reports what `serve` with args would refuse of its configuration (getenv)
+// before it connects to anything, as its start does, without starting: `tollgate dev
+// --reset` asks it before it empties the database, so that a typo costs no demo data.
+func CheckServe(args []string, getenv func(string) string) error {
+	_, err := parseServe(args, getenv, IO{Stdout: io.Discard, Stderr: io.Discard})
+	return err
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
+	cfg, err := parseServe(args, getenv, stdio)
+	if err != nil {
 		return err
 	}
 	log := logging.New(cfg.LogFormat, cfg.LogLevel, stdio.Stderr)

@@ -150,6 +150,14 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	return err
 }
 
+// CheckConfig reports what Run with args would refuse of its configuration (getenv)
+// before it opens anything, as its start does, without starting: `tollgate dev --reset`
+// asks it before it empties the database, so that a typo costs no demo data.
+func CheckConfig(args []string, getenv func(string) string) error {
+	_, err := parseConfig(args, getenv, io.Discard)
+	return err
+}
+
 // NewRedis builds the Redis client of the configured topology. Checks have tight
 // budgets: fail fast rather than queue behind a dead server. A check's own deadline
 // (TOLLGATE_REDIS_CHECK_TIMEOUT, record.Config.RedisTimeout) bounds its dial and reads

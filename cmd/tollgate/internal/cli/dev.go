@@ -91,15 +91,6 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 
 	spoolDir := devSpoolDir(getenv)
-	if c.Reset {
-		if err := resetLocal(ctx, getenv, stdio.Stdout); err != nil {
-			return fmt.Errorf("reset: %w", err)
-		}
-		// Settlements measured against the database just dropped must not replay.
-		if err := os.RemoveAll(spoolDir); err != nil {
-			return fmt.Errorf("reset: %w", err)
-		}
-	}
 	// The internal API needs a shared secret; a local stack makes a random one.
 	token := getenv("TOLLGATE_INTERNAL_TOKEN")
 	if token == "" {
@@ -151,6 +142,29 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		}
 		return getenv(k)
 	}
+	cpArgs := []string{"serve", "--auto-migrate"}
+	if c.Reset {
+		// The programs' configuration first, as each will read it: a typo found as they
+		// start, after the reset, would have cost the demo's data for nothing.
+		for _, p := range []struct {
+			name  string
+			check func() error
+		}{
+			{"control plane", func() error { return cpapp.CheckServe(cpArgs[1:], env) }},
+			{"enforcer", func() error { return enfapp.CheckConfig(nil, env) }},
+		} {
+			if err := p.check(); err != nil {
+				return fmt.Errorf("%s: %w\n--reset emptied nothing: correct the configuration and run it again", p.name, err)
+			}
+		}
+		if err := resetLocal(ctx, getenv, stdio.Stdout); err != nil {
+			return fmt.Errorf("reset: %w", err)
+		}
+		// Settlements measured against the database just dropped must not replay.
+		if err := os.RemoveAll(spoolDir); err != nil {
+			return fmt.Errorf("reset: %w", err)
+		}
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -173,7 +187,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 
 	progress("starting the control plane (migrating the database first)")
 	run("control plane", func() error {
-		return cpapp.Run(runCtx, []string{"serve", "--auto-migrate"}, env, cpapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+		return cpapp.Run(runCtx, cpArgs, env, cpapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 	})
 	if err := waitOK(ctx, base+"/ready", errc); err != nil {
 		return stop(err)

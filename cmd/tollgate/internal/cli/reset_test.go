@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/secrettest"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 )
 
@@ -176,4 +179,53 @@ func marked(ctx context.Context, t *testing.T, name string) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// `tollgate dev --reset` checks the programs' configuration before it empties anything:
+// a typo in the control plane's or the enforcer's settings stops it with the problem,
+// the demo's database, its mirror and its settlement spool as they were. Before, the
+// reset came first and the typo was found as each program started, the data gone.
+func TestDevResetChecksTheConfigurationFirst(t *testing.T) {
+	for _, typo := range []struct{ key, value string }{
+		{"TOLLGATE_SESSION_TTL", "7days"}, // the control plane's
+		{"TOLLGATE_FAILURE_MODE", "opne"}, // the enforcer's
+	} {
+		t.Run(typo.key, func(t *testing.T) {
+			name := storetest.NewDatabase(t)
+			rdb, layout := testredis.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			markDatabase(ctx, t, name)
+			if err := rdb.Set(ctx, layout.Prefix+"a", "1", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			spool := t.TempDir()
+			kept := filepath.Join(spool, "kept")
+			if err := os.WriteFile(kept, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{
+				"TOLLGATE_DATABASE_URL": storetest.URLFor(name), "TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix,
+				"TOLLGATE_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ADMIN_ADDR": testio.FreeAddr(t),
+				"TOLLGATE_ENFORCER_GRPC_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_HTTP_ADDR": testio.FreeAddr(t), "TOLLGATE_ENFORCER_ADMIN_ADDR": testio.FreeAddr(t),
+				"TOLLGATE_DEMO_UPSTREAM_ADDR": testio.FreeAddr(t), "TOLLGATE_DEMO_PROXY_ADDR": testio.FreeAddr(t),
+				"TOLLGATE_ENFORCER_SETTLE_SPOOL_DIR": spool,
+				typo.key:                             typo.value,
+			}
+			out := &testio.SyncBuffer{}
+			err := Run(ctx, []string{"dev", "--reset"}, func(k string) string { return env[k] }, IO{Stdout: out, Stderr: io.Discard})
+			if err == nil || !strings.Contains(err.Error(), typo.key) || !strings.Contains(err.Error(), "--reset emptied nothing") {
+				t.Fatalf("tollgate dev --reset with %s=%s: %v, want the problem and that nothing was emptied\n%s", typo.key, typo.value, err, out.String())
+			}
+			if !marked(ctx, t, name) {
+				t.Error("the database was dropped")
+			}
+			if n := rdb.Exists(ctx, layout.Prefix+"a").Val(); n != 1 {
+				t.Error("the mirror was emptied")
+			}
+			if _, err := os.Stat(kept); err != nil {
+				t.Errorf("the settlement spool was removed: %v", err)
+			}
+		})
+	}
 }
