@@ -100,7 +100,7 @@ type Request struct {
 	// whole number among the top-level max_tokens (OpenAI chat, Anthropic messages),
 	// max_completion_tokens (OpenAI chat) and max_output_tokens (OpenAI Responses),
 	// Gemini's generationConfig.maxOutputTokens and Bedrock Converse's
-	// inferenceConfig.maxTokens; 0
+	// inferenceConfig.maxTokens (Bedrock InvokeModel's own names are InvokeCap's); 0
 	// when none is given (or none is a positive whole number: the upstream refuses such a
 	// request). Not an estimate: what the request itself allows (enforcer/worstcase).
 	OutputCap int64
@@ -1141,6 +1141,51 @@ var (
 	generationChoices = []string{"candidateCount", "candidate_count"}
 	inferenceCaps     = []string{"maxTokens"}
 )
+
+// The caps of Amazon Bedrock InvokeModel's bodies in their models' own names (InvokeCap).
+var (
+	titanCaps = []string{"maxTokenCount"}
+	novaCaps  = []string{"max_new_tokens"}
+)
+
+// InvokeCap is the output cap an Amazon Bedrock InvokeModel body (POST
+// /model/{modelId}/invoke, /invoke-with-response-stream) gives in its model's own
+// names, which Input does not read (no other API reads them): Meta Llama's top-level
+// max_gen_len, Amazon Titan Text's textGenerationConfig.maxTokenCount and Amazon Nova's
+// (v1) inferenceConfig.max_new_tokens (AWS's Bedrock model parameters). The largest
+// positive whole number among them (at most 2^53, as OutputCap), each key by its exact
+// name; 0 when none is, or the body is not one well-formed JSON object. The front door
+// that knows the path is an InvokeModel's takes it into OutputCap
+// (requestbody.BedrockInvoke).
+func InvokeCap(body []byte) int64 {
+	if !jsonscan.WellFormed(body) {
+		return 0
+	}
+	i := jsonscan.SkipSpace(body, 0)
+	if body[i] != '{' {
+		return 0
+	}
+	var most int64
+	for i = jsonscan.SkipSpace(body, i+1); body[i] != '}'; {
+		end := jsonscan.SkipString(body, i)
+		key := body[i:end]
+		i = jsonscan.SkipSpace(body, jsonscan.SkipSpace(body, end)+1) // past the colon
+		switch {
+		case jsonscan.KeyIs(key, "max_gen_len") && jsonscan.IsNumber(body[i]):
+			if n, err := positiveWhole(body[i:jsonscan.SkipNumber(body, i)]); err == nil {
+				most = max(most, n)
+			}
+		case jsonscan.KeyIs(key, "textGenerationConfig") && body[i] == '{':
+			most = max(most, configCap(body, i, titanCaps, false))
+		case jsonscan.KeyIs(key, "inferenceConfig") && body[i] == '{':
+			most = max(most, configCap(body, i, novaCaps, false))
+		}
+		if i = jsonscan.SkipSpace(body, jsonscan.SkipValue(body, i)); body[i] == ',' {
+			i = jsonscan.SkipSpace(body, i+1)
+		}
+	}
+	return most
+}
 
 // configCap is the largest positive whole number among the members of the object at
 // b[i] named one of keys (0 when none is): the output cap of a settings object, or its

@@ -351,9 +351,10 @@ type Hint struct {
 // host (the upstream's, or the request's authority where the front door does not know
 // the upstream): the body's estimate, with the model its path names in place of the
 // body's (Gemini, Amazon Bedrock and Vertex AI run the path's: requestbody.RequestModel),
-// whether the path or the host is a regional endpoint, the output an image generation
-// is billed, what each call of an image generation tool is billed, the model of an
-// advisor tool and the container its code tools run in. A body that is no JSON object
+// an Amazon Bedrock InvokeModel's output cap in its model's own name
+// (estimate.InvokeCap), whether the path or the host is a regional endpoint, the
+// output an image generation is billed, what each call of an image generation tool is
+// billed, the model of an advisor tool and the container its code tools run in. A body that is no JSON object
 // (Google takes binary protobuf too) is not read: its hint is the model its path names
 // and no input estimate (its bytes are no text: an inline image's would count as
 // thousands of tokens, estimate.Request.Unread), so that model is still checked against
@@ -377,6 +378,11 @@ func BodyHint(body []byte, path, host string) Hint {
 		est = estimate.Request{Unread: true}
 	}
 	est.Model = requestbody.RequestModel(est.Model, path)
+	if !est.Unread && requestbody.BedrockInvoke(path) {
+		// Bedrock's InvokeModel: the model's own name of its cap (Llama's max_gen_len,
+		// Titan's maxTokenCount, Nova's max_new_tokens), read on its paths alone.
+		est.OutputCap = max(est.OutputCap, estimate.InvokeCap(body))
+	}
 	if keys := requestbody.OutputCapKeys(path); keys != 0 && est.CapKeys&keys == 0 {
 		// Capped only by names its API does not read: an upstream that ignores them
 		// generates up to the model's limit.

@@ -7,6 +7,8 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/estimate"
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/enforcer/worstcase"
+	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
 // The hint of a body and its path: the path's model where it names one (Gemini, Bedrock,
@@ -178,6 +180,13 @@ func wide(s string, size int, big, bom bool) string {
 // Ollama's) generate up to the model's limit for a body capped only by another API's
 // name, so its worst case is the model's limit (OutputCap 0), not that cap. Before, a
 // chat body with "max_output_tokens": 16 reserved 16 output tokens.
+//
+// Amazon Bedrock's InvokeModel takes each model's own body, with its own name of the cap:
+// Meta Llama's max_gen_len, Amazon Titan Text's textGenerationConfig.maxTokenCount,
+// Amazon Nova's (v1) inferenceConfig.max_new_tokens; read on its paths (and nowhere
+// else), so that such a request reserves its own worst case. Before, none was read: a
+// model with no limit in the catalog (Bedrock's Llama and Nova) had no known worst case
+// and reserved the policy's amount.
 func TestOutputCapOfTheEndpoint(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, path string
@@ -197,6 +206,19 @@ func TestOutputCapOfTheEndpoint(t *testing.T) {
 		{"another API: every name", `{"model":"m","max_output_tokens":16}`, "/api/generate", 16},
 		{"Gemini's settings on its path", `{"generationConfig":{"maxOutputTokens":16}}`, "/v1beta/models/gemini-2.5-pro:generateContent", 16},
 		{"Bedrock's settings on its path", `{"inferenceConfig":{"maxTokens":16}}`, "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/converse", 16},
+		// Bedrock InvokeModel's bodies in their models' own names, read on its paths alone.
+		{"Llama on InvokeModel, max_gen_len", `{"prompt":"hi","max_gen_len":64}`, "/model/meta.llama3-3-70b-instruct-v1:0/invoke", 64},
+		{"Llama, its id escaped, streamed", `{"prompt":"hi","max_gen_len":6.4e1}`, "/model/us.meta.llama3-3-70b-instruct-v1%3A0/invoke-with-response-stream", 64},
+		{"Titan Text, textGenerationConfig.maxTokenCount", `{"inputText":"hi","textGenerationConfig":{"temperature":0.5,"maxTokenCount":64}}`,
+			"/model/amazon.titan-text-express-v1/invoke", 64},
+		{"Nova v1, inferenceConfig.max_new_tokens", `{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"max_new_tokens":64}}`,
+			"/model/amazon.nova-lite-v1:0/invoke", 64},
+		{"Nova, both names: the larger", `{"inferenceConfig":{"maxTokens":16,"max_new_tokens":64}}`, "/model/amazon.nova-lite-v1:0/invoke", 64},
+		{"a Titan cap of 0 caps nothing", `{"inputText":"hi","textGenerationConfig":{"maxTokenCount":0}}`, "/model/amazon.titan-text-express-v1/invoke", 0},
+		{"max_gen_len elsewhere", `{"model":"m","max_gen_len":64}`, "/api/generate", 0},
+		{"max_new_tokens on Converse", `{"inferenceConfig":{"max_new_tokens":64}}`, "/model/amazon.nova-lite-v1:0/converse", 0},
+		{"maxTokenCount in the wrong object", `{"inferenceConfig":{"maxTokenCount":64}}`, "/model/amazon.titan-text-express-v1/invoke", 0},
+		{"a key in another case", `{"prompt":"hi","Max_Gen_Len":64}`, "/model/meta.llama3-3-70b-instruct-v1:0/invoke", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := gate.BodyHint([]byte(tc.body), tc.path, "")
@@ -223,5 +245,20 @@ func TestHintWithModel(t *testing.T) {
 	chat := []byte(`{"model":"gpt-4o-mini","messages":[]}`)
 	if h := gate.BodyHint(chat, "/v1/chat/completions", "").WithModel("", chat, ""); h.Body.Model != "gpt-4o-mini" {
 		t.Fatalf("no model given: %+v", h.Body)
+	}
+}
+
+// A Llama request on Bedrock's InvokeModel capped by its max_gen_len has a worst case of
+// its own (the catalog knows no limit of the model's): that cap's output at the model's
+// price, reserved instead of the policy's amount.
+func TestBedrockInvokeCapBoundsTheWorstCase(t *testing.T) {
+	path := "/model/meta.llama3-3-70b-instruct-v1:0/invoke"
+	h := gate.BodyHint([]byte(`{"prompt":"hi","max_gen_len":64}`), path, "")
+	if c := worstcase.Of(pricecatalog.Default(), *h.Body, nil); !c.Known() || c.OutputTokens != 64 {
+		t.Fatalf("worst case %+v, want one known, of 64 output tokens", c)
+	}
+	h = gate.BodyHint([]byte(`{"prompt":"hi"}`), path, "")
+	if c := worstcase.Of(pricecatalog.Default(), *h.Body, nil); c.Known() {
+		t.Fatalf("uncapped: worst case %+v, want unknown (the policy's amount)", c)
 	}
 }

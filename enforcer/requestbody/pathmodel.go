@@ -65,6 +65,18 @@ func pathModel(path string) (string, bool) {
 // bedrockActions are Bedrock Runtime's model invocations, after /model/{modelId}.
 var bedrockActions = []string{"/invoke", "/invoke-with-response-stream", "/converse", "/converse-stream"}
 
+// BedrockInvoke tells whether a request's path is an Amazon Bedrock Runtime InvokeModel
+// (/model/{modelId}/invoke, /invoke-with-response-stream; behind a route prefix too, the
+// query ignored), whose body is the model's own, its output cap in the model's own name
+// (estimate.InvokeCap).
+func BedrockInvoke(path string) bool {
+	path, _, _ = strings.Cut(path, "?")
+	if _, ok := bedrockID(path); !ok {
+		return false
+	}
+	return strings.HasSuffix(path, "/invoke") || strings.HasSuffix(path, "/invoke-with-response-stream")
+}
+
 // bedrockModel is the model of a Bedrock Runtime invocation's path, cleaned, and
 // whether the path is one.
 func bedrockModel(path string) (string, bool) {
