@@ -219,6 +219,16 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			st.s.m.ExtProcRequestBodies.WithLabelValues("billing_deferred").Inc()
 			return st.immediate(gate.BillingDeferredRefusal(requestbody.DeferredRealtime))
 		}
+		if st.requestID != "" && st.headersEnd {
+			// No body follows (a paused job resumed, a deployment undeleted or run: POSTs
+			// that carry none), so the request-body phase that refuses what is billed
+			// later never comes: its method and path decide here, as at /check.
+			if endpoint := requestbody.Deferred(st.method, st.path, false); endpoint != "" && !st.s.AllowDeferred.Allows(endpoint) {
+				st.refused(http.StatusForbidden) // never sent upstream
+				st.s.m.ExtProcRequestBodies.WithLabelValues("billing_deferred").Inc()
+				return st.immediate(gate.BillingDeferredRefusal(endpoint))
+			}
+		}
 		return continueRequestHeaders
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if st.requestID != "" && !st.bodySeen {

@@ -881,6 +881,52 @@ func TestExtProcRefusesWebSockets(t *testing.T) {
 	}
 }
 
+// A POST billed later that carries no body (a paused fine-tuning job resumed, a
+// Fireworks deployment undeleted, an Anthropic deployment run) ends the request with its
+// headers: no request-body phase follows, where such requests are refused. It is refused
+// on its headers (403 service_gateway_billing_deferred naming its endpoint) and settled
+// at a known 0; allowed, it goes on. Before, it went upstream past the refusal.
+func TestExtProcRefusesABodylessRequestBilledLater(t *testing.T) {
+	for _, c := range []struct{ path, endpoint string }{
+		{"/v1/fine_tuning/jobs/ftjob_1/resume", "fine_tuning"},
+		{"/v1/accounts/acct-1/deployments/dep-1:undelete", "dedicated_deployments"},
+	} {
+		for _, allow := range []bool{false, true} {
+			e, w := deferredBillingEnv(t, map[bool]string{false: "refuse", true: c.endpoint}[allow])
+			id, _ := e.Admit(t, w.Key)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := e.ExtProc.Process(metadata.AppendToOutgoingContext(ctx, extproc.RoleMetadata, extproc.RoleRequest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hm := enforcertest.HeaderMap(":method", "POST", ":path", c.path, ":authority", "llm.example.test", "x-service-request-id", id)
+			if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+				RequestHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: true}}}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if allow {
+				if resp.GetRequestHeaders() == nil || e.CP.Receipt(id) != nil {
+					t.Fatalf("%s allowed: answered %v", c.path, resp)
+				}
+				continue
+			}
+			ir := resp.GetImmediateResponse()
+			if ir == nil || ir.GetStatus().GetCode() != 403 || !strings.Contains(string(ir.GetBody()), `"endpoint":"`+c.endpoint+`"`) {
+				t.Fatalf("%s: want a 403 naming %s, got %v", c.path, c.endpoint, resp)
+			}
+			enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+			if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 {
+				t.Fatalf("%s: receipt %+v of %v", c.path, r, r.Item)
+			}
+		}
+	}
+}
+
 // deferredBillingEnv is an enforcer whose deferred billing is refused (mode "refuse",
 // the default), allowed (TOLLGATE_DEFERRED_BILLING=allow) or refused but for the
 // endpoints mode lists (TOLLGATE_DEFERRED_BILLING_ALLOW), and a member with a 1 USD day
