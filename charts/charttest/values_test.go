@@ -44,6 +44,16 @@ func TestValuesRejected(t *testing.T) {
 		{"bad enforcer mode", append(ok, "--set", "enforcer.mode=daemonset"), "/enforcer/mode"},
 		{"replicas as text", append(ok, "--set-string", "controlplane.replicas=two"), "/controlplane/replicas"},
 		{"port out of range", append(ok, "--set", "enforcer.ports.grpc=70000"), "/enforcer/ports/grpc"},
+		// Each listener on a port of its own: the second would not open, and the pods crash-loop
+		// (or, in deployment mode, Kubernetes refuses the Service after the migration ran).
+		{"control plane ports the same", append(ok, "--set", "controlplane.ports.grpc=8080"),
+			"controlplane.ports.grpc 8080 is controlplane.ports.rest's too: each listener of the control plane needs a port of its own"},
+		{"enforcer ports the same", append(ok, "--set", "enforcer.ports.admin=9001"),
+			"enforcer.ports.admin 9001 is enforcer.ports.grpc's too: each listener of the enforcer needs a port of its own"},
+		{"sidecar ports the same", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.ports.http=9091", "--set", "enforcer.ports.admin=9091"),
+			"enforcer.ports.admin 9091 is enforcer.ports.http's too"},
+		{"gateway on the admin port", append(gw, "--set", "enforcer.gateway.port=9091"),
+			"enforcer.gateway.port 9091 is enforcer.ports.admin's too: each listener of the enforcer needs a port of its own"},
 		{"duration without unit", append(ok, "--set-string", "controlplane.shutdownTimeout=20"), "/controlplane/shutdownTimeout"},
 		{"bad digest", append(ok, "--set", "image.digest=latest"), "/image/digest"},
 		{"unknown disabled alert", append(ok, "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.disabledAlerts={TollgateNoSuchAlert}"), `"TollgateNoSuchAlert" is not one of the chart's alerts`},
@@ -283,6 +293,10 @@ func TestValuesAccepted(t *testing.T) {
 		{"no migration job, auto-migrate", []string{"--set", "secrets.existingSecret=s", "--set", "migrations.enabled=false", "--set", "controlplane.autoMigrate=true"}},
 		{"external control plane address", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.controlplaneAddress=tollgate.example.net:8081"}},
 		{"no service account", []string{"--set", "secrets.existingSecret=s", "--set", "serviceAccount.create=false"}},
+		// The two programs are different pods: one port number may serve both; and the
+		// gateway's port is no listener while the gateway is off.
+		{"programs on the same port numbers", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.ports.admin=9091", "--set", "enforcer.ports.grpc=8081"}},
+		{"gateway off, its port another's", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.gateway.port=9091"}},
 		// The enforcer's own ServiceAccount (TestServiceAccounts checks who runs under which).
 		{"enforcer's own service account", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.serviceAccount.create=true"}},
 		{"enforcer's own service account, named, annotated", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.serviceAccount.create=true", "--set", "enforcer.serviceAccount.name=llm-gateway",

@@ -301,6 +301,24 @@ stop on SIGTERM; past terminationGracePeriodSeconds the pod is killed mid-drain.
 {{- end -}}
 
 {{/*
+Each listener of a program on a port of its own: (dict "program" "enforcer" "ports" (list
+(list "enforcer.ports.grpc" 9001) ...)). Two on one port: the second fails to open
+("address already in use") and the pods crash-loop, and Kubernetes refuses a Service
+with a port twice, after the migration Job has run.
+*/}}
+{{- define "tollgate.checkPorts" -}}
+{{- $seen := dict -}}
+{{- range .ports -}}
+{{- $name := index . 0 -}}
+{{- $port := toString (index . 1) -}}
+{{- with get $seen $port -}}
+{{- fail (printf "%s %s is %s's too: each listener of the %s needs a port of its own (the second would fail to open, \"address already in use\", and the pods crash-loop)" $name $port . $.program) -}}
+{{- end -}}
+{{- $_ := set $seen $port $name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Milliseconds of a Prometheus duration as the schema takes it (1y2w3d4h5m6s7ms, 0);
 "" when it is none.
 */}}
@@ -349,6 +367,9 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- $bind := "0.0.0.0" -}}
 {{- if and .sidecar $e.sidecar.bindLoopback }}{{ $bind = "127.0.0.1" }}{{ end -}}
 {{- include "tollgate.checkShutdown" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
+{{- $ports := list (list "enforcer.ports.grpc" $e.ports.grpc) (list "enforcer.ports.http" $e.ports.http) (list "enforcer.ports.admin" $e.ports.admin) -}}
+{{- if $e.gateway.enabled }}{{ $ports = append $ports (list "enforcer.gateway.port" $e.gateway.port) }}{{ end -}}
+{{- include "tollgate.checkPorts" (dict "program" "enforcer" "ports" $ports) -}}
 {{- include "tollgate.checkGoMemLimit" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.enforcer.checkMemory" $root -}}
 {{- include "tollgate.enforcer.checkSpool" $root -}}
