@@ -94,6 +94,8 @@ func TestValuesRejected(t *testing.T) {
 			"over 80% of enforcer.resources.limits.memory 0.25G"},
 		{"bad admin email", append(ok, "--set", "controlplane.platformAdminEmails={root}"), "/controlplane/platformAdminEmails/0"},
 		{"bad pdb budget", append(ok, "--set", "enforcer.pdb.maxUnavailable=half"), "/enforcer/pdb/maxUnavailable"},
+		{"hpa with more pods at least than at most", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set", "enforcer.autoscaling.minReplicas=5", "--set", "enforcer.autoscaling.maxReplicas=3"),
+			"enforcer.autoscaling.minReplicas 5 is above enforcer.autoscaling.maxReplicas 3: Kubernetes refuses such a HorizontalPodAutoscaler"},
 		{"hpa without a target", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage="), "/enforcer/autoscaling"},
 		{"secret value instead of reference", append(ok, "--set", "secrets.databaseUrl=postgres://u:p@db/x"), "/secrets/databaseUrl"},
 		{"partial per-key secrets", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis"}, "/secrets/internalToken/name"},
