@@ -147,3 +147,46 @@ func TestAutoscalingKeepsTheLiveReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadlessChangeRefusedBeforeTheUpgrade: Kubernetes never changes a Service's
+// cluster IP, so enforcer.service.headless turned on (clusterIP: None) or off for a
+// release whose enforcer Service exists failed `helm upgrade` at that Service, after
+// the migration Job had run and with other objects already changed, in the API
+// server's words (spec.clusterIPs[0]: may not change once set). The chart now refuses
+// it before anything runs, saying what to do; an unchanged setting, and a first
+// install, render.
+func TestHeadlessChangeRefusedBeforeTheUpgrade(t *testing.T) {
+	helm, _ := needTools(t)
+	const path = "/api/v1/namespaces/" + namespace + "/services/" + releaseName + "-enforcer"
+	live := func(clusterIP string) map[string]obj {
+		return map[string]obj{path: {"apiVersion": "v1", "kind": "Service",
+			"metadata": obj{"name": releaseName + "-enforcer", "namespace": namespace}, "spec": obj{"clusterIP": clusterIP, "type": "ClusterIP"}}}
+	}
+	headless := []string{"--set", "enforcer.service.headless=true"}
+	for _, tc := range []struct {
+		name    string
+		objects map[string]obj
+		args    []string
+		want    string // in the error; "" for a render
+	}{
+		{"turned headless", live("10.96.0.7"), headless,
+			"enforcer.service.headless true: the Service tollgate-enforcer exists with the cluster IP 10.96.0.7, and Kubernetes never changes a Service's cluster IP (the upgrade would fail at it). Delete it first, kubectl delete service tollgate-enforcer -n tollgate"},
+		{"turned back", live("None"), nil,
+			"enforcer.service.headless false: the Service tollgate-enforcer exists headless (clusterIP: None)"},
+		{"headless kept", live("None"), headless, ""},
+		{"cluster IP kept", live("10.96.0.7"), nil, ""},
+		{"headless on a first install", nil, headless, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderUpgrade(t, helm, tc.objects, tc.args...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("rendered; want it refused: %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Errorf("refused without saying %q:\n%v", tc.want, err)
+			}
+		})
+	}
+}
