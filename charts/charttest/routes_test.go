@@ -253,3 +253,34 @@ func TestNotesBootstrapTheListedAdministrator(t *testing.T) {
 		}
 	}
 }
+
+// TestNotesOfAnUpgradeCreateNoAdministrator: helm upgrade prints the notes again, and
+// they told the operator to "Create the first platform administrator" with
+// `controlplane bootstrap-admin`, which on an email that has an account resets its
+// password and ends its sessions: followed after an upgrade, it took the running
+// administrator's password away. The install's notes still give the command; an
+// upgrade's say that nothing is to be done there, and what the command would do.
+func TestNotesOfAnUpgradeCreateNoAdministrator(t *testing.T) {
+	helm, _ := needTools(t)
+	chart := notesChart(t)
+	defaults := valueFiles(t)["defaults"]
+	notes := func(args ...string) string {
+		t.Helper()
+		out, err := run(helm, append([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+			"-f", defaults, "--set", "controlplane.platformAdminEmails={ops@example.com}", "--show-only", "templates/zz-notes.yaml"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: the notes do not render: %v", args, err)
+		}
+		return str(decodeAll(t, out)[0], "data", "notes")
+	}
+	if install := notes(); !strings.Contains(install, "bootstrap-admin --email ops@example.com") {
+		t.Errorf("the install's notes do not give the first administrator's command:\n%s", install)
+	}
+	upgrade := notes("--is-upgrade")
+	if strings.Contains(upgrade, "Create the first platform administrator") || strings.Contains(upgrade, "bootstrap-admin --email") {
+		t.Errorf("the upgrade's notes tell the operator to create the first administrator again (bootstrap-admin resets an existing one's password):\n%s", upgrade)
+	}
+	if !strings.Contains(upgrade, "resets the password") {
+		t.Errorf("the upgrade's notes do not say what bootstrap-admin would do to an existing administrator:\n%s", upgrade)
+	}
+}
