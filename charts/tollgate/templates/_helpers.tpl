@@ -348,8 +348,33 @@ A scrape's timeout must not exceed its interval (dict "m" .Values.metrics.x "val
 {{- end -}}
 {{- end -}}
 
-{{/* PodDisruptionBudget spec fields: (dict "pdb" .Values.x.pdb). */}}
+{{/*
+PodDisruptionBudget spec fields: (dict "pdb" .Values.x.pdb "values" "x" "pods" N "podsWhat"
+"x.replicas"), pods the fewest the Deployment runs. A budget that lets none of them be
+evicted (maxUnavailable 0, or minAvailable at least the pods, a percentage rounded up as
+Kubernetes does) holds every node drain, and so a cluster upgrade, for ever: refused.
+*/}}
 {{- define "tollgate.pdbBudget" -}}
+{{- $pods := int64 .pods -}}
+{{- $budget := "" -}}
+{{- $allowed := int64 1 -}}
+{{- if ne (toString .pdb.minAvailable) "" -}}
+{{- $budget = printf "minAvailable %v" .pdb.minAvailable -}}
+{{- $min := toString .pdb.minAvailable -}}
+{{- $kept := int64 0 -}}
+{{- if hasSuffix "%" $min -}}
+{{- $kept = div (add (mul (int64 (trimSuffix "%" $min)) $pods) 99) 100 -}}
+{{- else -}}
+{{- $kept = int64 $min -}}
+{{- end -}}
+{{- $allowed = sub $pods $kept -}}
+{{- else -}}
+{{- $budget = printf "maxUnavailable %v" .pdb.maxUnavailable -}}
+{{- if regexMatch "^0%?$" (toString .pdb.maxUnavailable) -}}{{ $allowed = 0 }}{{- end -}}
+{{- end -}}
+{{- if and (gt $pods 0) (le $allowed 0) -}}
+{{- fail (printf "%s.pdb.%s with %s %d lets no pod be evicted: a node drain, and with it a cluster upgrade, waits for ever. Leave at least one pod to evict (the default, maxUnavailable 1, does), or raise %s" .values $budget .podsWhat $pods .podsWhat) -}}
+{{- end -}}
 {{- if ne (toString .pdb.minAvailable) "" }}
 minAvailable: {{ .pdb.minAvailable }}
 {{- else }}
