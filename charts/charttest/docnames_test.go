@@ -61,3 +61,46 @@ func TestDocumentedResourceNamesExist(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeSaysSecretChangesNeedARestart: the programs read their credentials
+// (secretKeyRef, environment variables) when a pod starts, and the chart never reads
+// the Secrets it references, so nothing in a pod template changes with them: neither
+// a change of a Secret nor a helm upgrade after it restarts a pod, and a rotated
+// database or Redis password went unused (the old one kept until it was revoked, then
+// every pod failing) while the README said nothing of it. It must tell the restart
+// of every Deployment that reads a Secret so.
+func TestReadmeSaysSecretChangesNeedARestart(t *testing.T) {
+	helm, _ := needTools(t)
+	readme, err := os.ReadFile(chartDir + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := render(t, helm, "--set", "secrets.existingSecret=creds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fullname := releaseName // the README's release name contains "tollgate"
+	restart := regexp.MustCompile("kubectl rollout restart ((?:deployment/\\S+ ?)+)").FindAllStringSubmatch(string(readme), -1)
+	for _, d := range decodeAll(t, out) {
+		if str(d, "kind") != "Deployment" {
+			continue
+		}
+		reads := false
+		for _, c := range list(d, "spec", "template", "spec", "containers") {
+			for _, e := range list(c, "env") {
+				reads = reads || str(e, "valueFrom", "secretKeyRef", "name") == "creds"
+			}
+		}
+		if !reads {
+			continue
+		}
+		want := "deployment/<fullname>" + strings.TrimPrefix(str(d, "metadata", "name"), fullname)
+		found := false
+		for _, m := range restart {
+			found = found || strings.Contains(m[1], want)
+		}
+		if !found {
+			t.Errorf("%s reads Secret keys at start, and the README gives no `kubectl rollout restart ... %s` for a changed Secret", str(d, "metadata", "name"), want)
+		}
+	}
+}
