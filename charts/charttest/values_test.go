@@ -102,6 +102,10 @@ func TestValuesRejected(t *testing.T) {
 			"enforcer.pdb.maxUnavailable 0 with enforcer.replicas 2 lets no pod be evicted"},
 		{"autoscaled enforcer budget keeping its fewest pods", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set", "enforcer.autoscaling.minReplicas=3", "--set", "enforcer.pdb.minAvailable=3"),
 			"enforcer.pdb.minAvailable 3 with enforcer.autoscaling.minReplicas 3 lets no pod be evicted"},
+		// Kubernetes takes a liveness or startup probe's successThreshold of 1 only, and
+		// refused the Deployment after the migration Job ran.
+		{"liveness probe wanting two successes", append(ok, "--set", "enforcer.probes.liveness.successThreshold=2"), "/enforcer/probes/liveness/successThreshold"},
+		{"startup probe wanting three successes", append(ok, "--set", "controlplane.probes.startup.successThreshold=3"), "/controlplane/probes/startup/successThreshold"},
 		{"bad pdb budget", append(ok, "--set", "enforcer.pdb.maxUnavailable=half"), "/enforcer/pdb/maxUnavailable"},
 		{"hpa with more pods at least than at most", append(ok, "--set", "enforcer.autoscaling.enabled=true", "--set", "enforcer.autoscaling.minReplicas=5", "--set", "enforcer.autoscaling.maxReplicas=3"),
 			"enforcer.autoscaling.minReplicas 5 is above enforcer.autoscaling.maxReplicas 3: Kubernetes refuses such a HorizontalPodAutoscaler"},
@@ -302,6 +306,7 @@ func TestValuesAccepted(t *testing.T) {
 		{"one pod, the default budget", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.replicas=1", "--set", "enforcer.replicas=1"}},
 		{"budgets below the pods", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.replicas=3", "--set", "controlplane.pdb.minAvailable=2", "--set", "enforcer.replicas=3", "--set", "enforcer.pdb.minAvailable=66%"}},
 		{"no budget, none checked", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.pdb.enabled=false", "--set", "controlplane.pdb.minAvailable=2"}},
+		{"readiness probe wanting two successes", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.probes.readiness.successThreshold=2", "--set", "controlplane.probes.liveness.successThreshold=1"}},
 		{"percent budgets", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.pdb.minAvailable=50%", "--set", "enforcer.pdb.maxUnavailable=25%"}},
 		{"memory-only hpa", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.autoscaling.enabled=true", "--set-string", "enforcer.autoscaling.targetCPUUtilizationPercentage=", "--set", "enforcer.autoscaling.targetMemoryUtilizationPercentage=75"}},
 		{"no migration job, auto-migrate", []string{"--set", "secrets.existingSecret=s", "--set", "migrations.enabled=false", "--set", "controlplane.autoMigrate=true"}},
