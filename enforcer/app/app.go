@@ -315,6 +315,7 @@ func New(d Deps) *Enforcer {
 		gwCfg := cfg.Gateway
 		gwCfg.AllowDeferred = cfg.AllowDeferred()
 		gwCfg.Decoding = e.Decoding // one budget of decoded bodies for the process
+		gwCfg.Clock = d.Clock       // the gate's: a session's windows are the gate's (realtime.go)
 		gw, err := gateway.New(gwCfg, e.Gate, e.Tracker, responseusage.Limits{},
 			gateway.Metrics{Requests: m.GatewayRequests, Active: m.GatewayActive, FirstByte: m.GatewayFirstByte,
 				Upstream: m.GatewayUpstreamResponses}, log)

@@ -62,6 +62,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/enforcer/usagechunk"
+	"github.com/tollgate-dev/tollgate/pkg/clock"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
@@ -157,6 +158,10 @@ type Config struct {
 	Decoding *requestbody.Decoding
 	// Transport, when set, replaces the gateway's own (tests).
 	Transport http.RoundTripper
+	// Clock tells the instant a session's request was admitted at and whether its
+	// windows (pkg/window) ended since (realtime.go); nil: clock.System. The gate's own
+	// clock, so that both tell the same time.
+	Clock clock.Clock
 }
 
 // Defaults of Config.
@@ -197,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Decoding == nil {
 		c.Decoding = requestbody.NewDecoding(requestbody.DecodeBudget, requestbody.DecodeWait, nil)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System{}
 	}
 	return c
 }
@@ -614,6 +622,7 @@ func (p *proxied) admit(w http.ResponseWriter, r *http.Request) bool {
 	if guarded && hint.Body != nil {
 		hint.Body.Guardrail = true // InvokeModel's guardrail, named by a header
 	}
+	p.checkedAt = gw.cfg.Clock.Now() // at or before the admission: a session's (realtime.go)
 	a, err := gw.gate.CheckRequest(r.Context(), credentialsOf(r), hint)
 	if err != nil {
 		gw.answered(w, OutcomeClientGone)
@@ -948,6 +957,11 @@ type proxied struct {
 	relayed int64
 	// log is the request's access-log line, when the log is on.
 	log *access
+	// checkedAt is when the check that admitted id began (Config.Clock): at or before
+	// the admission instant, whose windows id is charged on. A session's request may be
+	// held idle for long: one whose windows ended is not charged with a response that
+	// begins after them (realtime.go, admissionEnded).
+	checkedAt time.Time
 }
 
 // done releases what the request held, whatever step it ended in (a panic included):

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/responseusage"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // A Realtime session (OpenAI's Realtime API over a WebSocket: GET /v1/realtime?model=...,
@@ -40,7 +41,12 @@ import (
 //     a new request, before what comes next: a member whose limit the session spent gets
 //     the close code 1008 (policy violation) with the refusal's error code as its
 //     reason, and the upstream connection is closed. So a session spends past a limit by
-//     one response at most, as a stream does.
+//     one response at most, as a stream does. That request may be held long before the
+//     next response begins (a voice session idle for hours): one that begins (or a
+//     transcription that ends with none in progress) after the windows it was admitted
+//     in ended (05:00 UTC) has the member checked once more then (readmit), so that it is
+//     charged on the windows it ran in; a member refused then has that response charged
+//     on a request opened without a check, and its end closes the session with 1008.
 //   - At the end (either side closes, the upstream is silent for the idle timeout, an
 //     error) the last request is settled: at 0 and complete when no response was in
 //     progress, else incomplete and estimated from the text the response had sent. A
@@ -288,6 +294,9 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 	// refusal is the check that refused the member mid-session (charge), whose session
 	// may have used more since its last request ended (trailing, below).
 	var refusal gate.Answer
+	// closing is the refusal met as a response began (readmit): that response, charged
+	// on a request opened without a check, ends the session.
+	var closing *gate.Answer
 	var grace *time.Timer
 	var graceOver <-chan time.Time
 	// clientLeft notes how the client's side ended (err, from relayClient); true when it is
@@ -348,8 +357,22 @@ relay:
 			break
 		}
 		// Gemini Live sends its JSON in binary frames too; OpenAI's binary frames, if
-		// any, are not JSON and report nothing.
+		// any, are not JSON and report nothing. What begins with this event (a response, a
+		// transcription ended with none in progress) on a request held idle across its
+		// windows' end is admitted again first (readmit).
+		stale := creates == nil && left == nil && closing == nil && p.admissionEnded()
+		var wasBusy bool
+		if stale {
+			_, wasBusy = events.Unfinished()
+		}
 		u, kind := events.Event(m.msg)
+		if stale && !wasBusy {
+			if _, busy := events.Unfinished(); busy || kind != realtimeusage.None {
+				if a, refused := p.readmit(ctx, creds, events.Model()); refused {
+					closing = &a
+				}
+			}
+		}
 		if left == nil {
 			// A write is bounded by the idle timeout: a client that stopped reading (its
 			// socket's buffers full) blocked it, and with it the whole session, for as long
@@ -395,6 +418,14 @@ relay:
 				}
 			} else if left != nil {
 				p.chargeLeft(ctx, u, creds, events.Model())
+			} else if closing != nil {
+				// The member was refused as this began (readmit): charged on the request
+				// opened for it, and the session ends as at any refusal.
+				p.settleThen(u, nil)
+				p.id, refusal = "", *closing
+				_ = client.Close(websocket.StatusPolicyViolation, closeReason(refusal))
+				_ = up.Close(websocket.StatusNormalClosure, "")
+				break
 			} else if !p.charge(ctx, u, creds, events.Model(), client, up, &refusal) {
 				break
 			} else if _, inProgress := events.Unfinished(); !inProgress {
@@ -512,6 +543,7 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 	if p.settleThen(u, func(settleq.Result) { close(applied) }) {
 		awaitApplied(ctx, applied)
 	}
+	p.checkedAt = p.gw.cfg.Clock.Now()
 	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
 	if err != nil {
 		return false
@@ -537,6 +569,52 @@ func (p *proxied) charge(ctx context.Context, u inflight.Usage, creds gate.Crede
 		p.gw.tracker.RecordRequest(p.id, estimate.Request{Model: model})
 	}
 	return true
+}
+
+// admissionEnded tells whether the session's request (admitted, not yet settled) was
+// checked for in windows that have ended since: a request is charged on its admission's
+// windows (ACCOUNTING.md), and the request a session holds between two responses may
+// wait hours for the next. Every window ends at 05:00 UTC, a day's first (pkg/window),
+// so the day's tells. A check that began before 05:00 and admitted after it counts as
+// ended too (checkedAt): the member is checked once more, never charged on a window
+// ended.
+func (p *proxied) admissionEnded() bool {
+	return p.id != "" && !p.settled && !p.checkedAt.IsZero() &&
+		!p.gw.cfg.Clock.Now().Before(window.Of(window.Day, p.checkedAt).End)
+}
+
+// readmit checks the member again for what begins now (a response; a transcription that
+// ended with no response in progress) on a request admitted in windows that ended since
+// (admissionEnded): that request, which carried nothing, is settled at 0 (applied, so
+// that a member's in-flight cap does not count it), and the new one is admitted in the
+// windows the response runs in. The provider started the response and bills it whatever
+// the check says: a member refused then (the key revoked, the new window's limit spent)
+// has it charged on a request opened without a check (gate.Gate.Trailing), and the
+// refusal is returned (refused), for the relay to close the session with once the
+// response ended (not before: that would cut it, its input billed and never seen). A
+// check that could not finish (the session is ending) has it charged on such a request
+// too, the member whose key opened the session named, and refuses nothing.
+func (p *proxied) readmit(ctx context.Context, creds gate.Credentials, model string) (refusal gate.Answer, refused bool) {
+	applied := make(chan struct{})
+	if p.settleThen(inflight.Usage{Model: model, Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, func(settleq.Result) { close(applied) }) {
+		awaitApplied(ctx, applied)
+	}
+	p.checkedAt = p.gw.cfg.Clock.Now()
+	a, err := p.gw.gate.CheckRequest(ctx, creds, gate.Hint{})
+	id := a.RequestID
+	switch {
+	case err != nil:
+		id = p.gw.gate.Trailing(p.org, p.member)
+	case !a.Allowed():
+		refusal, refused = p.named(a), true
+		id = p.gw.gate.Trailing(refusal.OrganizationID, refusal.MemberID)
+	}
+	p.id, p.settled = id, false
+	if id != "" {
+		p.gw.tracker.Follow(id)
+		p.gw.tracker.RecordRequest(id, estimate.Request{Model: model})
+	}
+	return refusal, refused
 }
 
 // chargeAside charges what ended (u: a transcription, a response after the client left)
