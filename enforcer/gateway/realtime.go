@@ -377,8 +377,12 @@ relay:
 			// A write is bounded by the idle timeout: a client that stopped reading (its
 			// socket's buffers full) blocked it, and with it the whole session, for as long
 			// as it kept its connection (before 2026-12-02). Cut, the connection is closed
-			// and the session ends as for a client that left.
-			wctx, wcancel := context.WithTimeout(ctx, p.gw.cfg.IdleTimeout)
+			// and the session ends as for a client that left. A shutdown (DrainSessions) cuts
+			// it too, as it cuts the provider's side (upCtx): before 2026-12-07 the write
+			// waited out the idle timeout past the shutdown, and the session's request was
+			// settled without what its response had shown
+			// (TestRealtimeShutdownCutsAWriteToAStuckClient).
+			wctx, wcancel := context.WithTimeout(upCtx, p.gw.cfg.IdleTimeout)
 			err := client.Write(wctx, m.typ, m.msg)
 			wcancel()
 			if err != nil {
