@@ -184,7 +184,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 			return live.Model()
 		}}
 	case isGPTLivePath(path):
-		live := realtimeusage.NewGPTLive(time.Now)
+		live := realtimeusage.NewGPTLive(gw.cfg.Clock.Now)
 		events = liveSession{live, responseusage.NewResponsesSession()}
 		inspect = &setupInspector{id: p.id, tracker: gw.tracker, name: func(msg []byte) string {
 			m := realtimeusage.SessionStart(msg)
