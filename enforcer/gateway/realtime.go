@@ -259,7 +259,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		if codexClient(r.Header) {
 			creates.client = client
 		}
-		creates.idle, creates.holding = p.id, true
+		creates.idle, creates.holding, creates.idleAt = p.id, true, p.checkedAt
 		p.settled = true // creates settles it
 		if p.log != nil {
 			p.log.usage, p.log.settled = inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, true

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -53,7 +54,7 @@ func (g *clockedGate) admittedAt(id string) time.Time {
 
 // newClockedRealtimeEnv is newRealtimeEnv on a gateway and a gate that tell the time by
 // clk, set to 04:50 UTC: ten minutes before a day's (and this Monday's) windows end.
-func newClockedRealtimeEnv(t *testing.T, up *realtimeUpstream, admits int) (*clockedGate, *fakeTracker, string, *clock.Manual) {
+func newClockedRealtimeEnv(t *testing.T, up http.Handler, admits int) (*clockedGate, *fakeTracker, string, *clock.Manual) {
 	t.Helper()
 	clk := clock.NewManual(time.Date(2026, 9, 14, 4, 50, 0, 0, time.UTC))
 	g := &clockedGate{countingGate: &countingGate{n: admits}, clk: clk, at: map[string]time.Time{}}
@@ -173,5 +174,38 @@ func TestRealtimeRefusedAsAResponseBeginsAfterAWindowEnd(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := g.count(); n != 3 {
 		t.Fatalf("%d checks, want 3: nothing checked after the refusal", n)
+	}
+}
+
+// A Responses WebSocket session holds its idle request as a Realtime session does, and a
+// response nobody asked for (no response.create, no steer: here a client event the
+// provider answers with one) is charged on it. Held across 05:00 UTC, it was admitted in
+// the windows that ended: since 2026-12-07 such a response that begins after them has
+// the idle request settled at 0 and is charged on the next one, admitted as it began.
+func TestResponsesWebSocketUnaskedResponseAfterAWindowEnd(t *testing.T) {
+	up := &responsesUpstream{in: 1000, out: 100}
+	g, tr, url, clk := newClockedRealtimeEnv(t, up, 10)
+	c, _, err := dialRealtime(t, url+"/v1/responses", "tgk_good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	clk.Set(time.Date(2026, 9, 14, 5, 10, 0, 0, time.UTC))
+	say(t, c, `{"type":"conversation.poke"}`) // no response.create: the provider answers it all the same
+	readUntil(t, c, "response.completed")
+	_ = c.Close(websocket.StatusNormalClosure, "")
+	tr.settlements(t, 2)
+	time.Sleep(100 * time.Millisecond)
+	tr.mu.Lock()
+	s, ids := append([]inflight.Usage(nil), tr.finished...), append([]string(nil), tr.finishedIDs...)
+	tr.mu.Unlock()
+	newDay := window.Of(window.Day, clk.Now())
+	for i, u := range s {
+		if u.InputTokens == 1000 && !newDay.Contains(g.admittedAt(ids[i])) {
+			t.Fatalf("the response that began at 05:10 was charged on %s, admitted at %v: the day that ended", ids[i], g.admittedAt(ids[i]))
+		}
+	}
+	if len(ids) != 3 || ids[0] != "req_1" || s[0].InputTokens != 0 || ids[1] != "req_2" || s[1].InputTokens != 1000 {
+		t.Fatalf("settled %v: %+v, want the handshake's at 0, the response on req_2, req_3 at 0", ids, s)
 	}
 }

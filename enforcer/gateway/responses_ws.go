@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/inflight"
 	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // In the Responses API's WebSocket mode every response is asked for by the client, with
@@ -92,6 +94,10 @@ type responseCreates struct {
 	// last response. Never while a request waits in pending.
 	holding bool
 	idle    string
+	// idleAt is when the idle request's check began (proxied.checkedAt): a response
+	// nobody asked for that begins once its windows ended is not charged on it
+	// (started).
+	idleAt time.Time
 
 	// checking is held across a check of the member (pass, hold): the idle request is
 	// settled and the next one opened one at a time, so that two checks of one session
@@ -262,6 +268,7 @@ func (q *responseCreates) hold() (gate.Answer, bool) {
 		return gate.Answer{}, false
 	}
 	q.waitApplied()
+	at := q.p.gw.cfg.Clock.Now()
 	a, err := q.p.gw.gate.CheckRequest(q.ctx, q.creds, gate.Hint{})
 	if err != nil {
 		return gate.Answer{}, false
@@ -278,7 +285,7 @@ func (q *responseCreates) hold() (gate.Answer, bool) {
 		q.settle(a.RequestID, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, nil)
 		return gate.Answer{}, false
 	}
-	q.idle, q.holding = a.RequestID, true
+	q.idle, q.holding, q.idleAt = a.RequestID, true, at
 	return gate.Answer{}, false
 }
 
@@ -295,7 +302,12 @@ func (q *responseCreates) waitApplied() {
 	awaitApplied(q.ctx, applied)
 }
 
-// started notes response.created: the first request not started has begun.
+// started notes response.created: the first request not started has begun. With none
+// waiting, a response nobody asked for begins, charged on the idle request held
+// (finished); unless that one was admitted in windows that ended since (held idle
+// across 05:00 UTC): it is then settled at 0, and the relay opens the next (hold), in the
+// windows the response runs in, as a Realtime session's response that begins then is
+// admitted again (readmit).
 func (q *responseCreates) started() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -304,6 +316,12 @@ func (q *responseCreates) started() {
 			q.pending[i].started = true
 			return
 		}
+	}
+	if q.holding && !q.idleAt.IsZero() && !q.p.gw.cfg.Clock.Now().Before(window.Of(window.Day, q.idleAt).End) {
+		applied := make(chan struct{})
+		q.applied = applied
+		q.settle(q.idle, inflight.Usage{Complete: true, UpstreamStatus: http.StatusSwitchingProtocols}, func(settleq.Result) { close(applied) })
+		q.idle, q.holding = "", false
 	}
 }
 
