@@ -16,7 +16,8 @@
 //     tokens ({"type": "tokens", input_tokens, output_tokens}) or in seconds of audio
 //     ({"type": "duration", "seconds"}: whisper-1), priced at the transcription model
 //     the session names (session.audio.input.transcription.model; the beta's
-//     session.input_audio_transcription.model).
+//     session.input_audio_transcription.model, which a beta transcription-only session,
+//     ?intent=transcription, names in transcription_session.created and .updated).
 //
 // The gateway charges a session usage by usage (enforcer/gateway, realtime.go): each
 // settles one admitted request, so a member's limit is checked again before the next. A
@@ -242,6 +243,7 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 	}
 	switch head.Type {
 	case "session.created", "session.updated", "response.created", "response.done",
+		"transcription_session.created", "transcription_session.updated", // the beta's transcription-only sessions
 		"conversation.item.input_audio_transcription.completed",
 		"response.output_text.delta", "response.output_audio_transcript.delta", // GA names
 		"response.text.delta", "response.audio_transcript.delta", // the beta's
@@ -258,7 +260,7 @@ func (r *Reader) Event(msg []byte) (Usage, Kind) {
 		return Usage{}, None
 	}
 	switch e.Type {
-	case "session.created", "session.updated":
+	case "session.created", "session.updated", "transcription_session.created", "transcription_session.updated":
 		r.noteSession(&e)
 	case "response.created":
 		if e.Response != nil {

@@ -184,6 +184,17 @@ func TestTranscriptions(t *testing.T) {
 			Usage{Model: "gpt-4o-transcribe", InputTokens: 17, OutputTokens: 9, AudioInputTokens: i64(17), Reported: true}, Transcription},
 		{"beta, duration", `{"type":"session.updated","session":{"model":"gpt-4o-realtime-preview","input_audio_transcription":{"model":"whisper-1"}}}`,
 			`{"type":"duration","seconds":2.3}`, Usage{Model: "whisper-1", AudioInputMillis: 2_300, Reported: true}, Transcription},
+		// A transcription-only session of the beta (?intent=transcription) names its model in
+		// transcription_session.created and .updated, not session.*: until 2026-12-07 its
+		// transcriptions were priced at the session's model, which such a session has none
+		// of (the fallback price: the catalog's dearest).
+		{"beta transcription session", `{"type":"transcription_session.updated","session":{"id":"sess_1","object":"realtime.transcription_session",` +
+			`"input_audio_transcription":{"model":"gpt-4o-mini-transcribe","language":"en"}}}`,
+			`{"type":"tokens","total_tokens":26,"input_tokens":17,"input_token_details":{"text_tokens":0,"audio_tokens":17},"output_tokens":9}`,
+			Usage{Model: "gpt-4o-mini-transcribe", InputTokens: 17, OutputTokens: 9, AudioInputTokens: i64(17), Reported: true}, Transcription},
+		{"beta transcription session created", `{"type":"transcription_session.created","session":{"id":"sess_1","object":"realtime.transcription_session",` +
+			`"input_audio_transcription":{"model":"whisper-1"}}}`,
+			`{"type":"duration","seconds":1}`, Usage{Model: "whisper-1", AudioInputMillis: 1_000, Reported: true}, Transcription},
 		{"a fraction below the millisecond rounds up", ``, `{"type":"duration","seconds":0.1004}`,
 			Usage{AudioInputMillis: 101, Reported: true}, Transcription},
 		{"no usage", ``, `null`, Usage{}, None},
