@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1673,6 +1674,58 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
 				rec["priority_tier"] != (tc.tier != "auto") || rec["service_tier"] != tc.receiptTier {
 				t.Fatalf("receipt %s, want %d, priority_tier %v, service_tier %q", rec, tc.cost, tc.tier != "auto", tc.receiptTier)
+			}
+			n, used = n+1, used+tc.cost
+			s.waitUsed(t, o, n, used)
+		})
+	}
+}
+
+// TestResponsesPriorityTierThroughTheGateway: the official OpenAI SDK's Responses call
+// asking for the priority tier (service_tier "priority"), streamed and not. Answered at
+// priority, it is charged the model's fast percent (gpt-4o-mini: 1.67 times); answered at
+// "default" (OpenAI's priority capacity short: fakellm.Usage.PriorityShort), the
+// standard price, as OpenAI bills it, though its stream's response.created and
+// response.in_progress echo the "priority" asked. Before 2026-12-07 that stream was
+// charged the fast tier.
+func TestResponsesPriorityTierThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	dir := sdkDir(t)
+	awayFromDayBoundary(t, 3*time.Minute)
+	var short atomic.Bool
+	fake := &fakellm.Server{Usage: func(fakellm.Call) fakellm.Usage {
+		return fakellm.Usage{InputTokens: 100_000, CachedInputTokens: 20_000, OutputTokens: 10_000, PriorityShort: short.Load()}
+	}}
+	up := httptest.NewServer(fake)
+	t.Cleanup(up.Close)
+	s := startStack(t, gatewayEnv(up.URL))
+	o := s.setUpOrg(t)
+	if e, _ := pricecatalog.Lookup(model); e.FastPercent != 167 {
+		t.Fatalf("%s: fast %d%%; this test charges 167%%", model, e.FastPercent)
+	}
+	want := catalogCost(100_000, 20_000, 10_000)
+	fast := ceilDiv(want*167, 100)
+	n, used := 0, int64(0)
+	for _, tc := range []struct {
+		name, scenario    string
+		short             bool
+		tier, receiptTier string
+		cost              int64
+	}{
+		{"priority", "responses-priority", false, "priority", "fast", fast},
+		{"priority, streamed", "responses-priority-stream", false, "priority", "fast", fast},
+		{"ran at default", "responses-priority", true, "default", "", want},
+		{"ran at default, streamed", "responses-priority-stream", true, "default", "", want},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			short.Store(tc.short)
+			rec, r := oneSDKCallResult(t, fake, s, dir, "openai.mjs", tc.scenario, o.key, model)
+			if r.Text != fakellm.Text || r.Tier != tc.tier {
+				t.Fatalf("the call: %+v, want its answer at %q", r, tc.tier)
+			}
+			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
+				rec["priority_tier"] != (tc.receiptTier != "") || rec["service_tier"] != tc.receiptTier {
+				t.Fatalf("receipt %s, want %d at service_tier %q", rec, tc.cost, tc.receiptTier)
 			}
 			n, used = n+1, used+tc.cost
 			s.waitUsed(t, o, n, used)

@@ -117,6 +117,9 @@ type sdkResult struct {
 	// Seconds: the session time a GPT-Live session's session.closed reported (openai.mjs's
 	// gpt-live scenario).
 	Seconds float64
+	// Tier: the service tier a Responses answer said it ran at (openai.mjs's
+	// responses-priority scenarios).
+	Tier string
 	// CloseCode and CloseReason: how a Realtime session's WebSocket closed (openai.mjs's
 	// realtime scenario).
 	CloseCode   int

@@ -28,7 +28,10 @@
 //   - OpenAI's Responses API (POST /v1/responses) answers a response object with its
 //     usage (input_tokens, cached in input_tokens_details, output_tokens) or, streamed,
 //     the typed events a client reads (response.created, output_text deltas, ...,
-//     response.completed carrying the usage).
+//     response.completed carrying the usage). Its service_tier is the tier it ran at (as
+//     a chat completion's; "default" when Usage.PriorityShort and the request asked for
+//     priority), which a stream's response.created and response.in_progress do not know
+//     yet: they echo the request's ("auto" when it names none).
 //   - OpenAI's embeddings (POST /v1/embeddings) answer one vector of
 //     EmbeddingDimensions numbers per input (a string, or an array of them), as JSON
 //     floats or, when the request's encoding_format is "base64" (what the official SDK
@@ -108,6 +111,7 @@ package fakellm
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
@@ -236,6 +240,15 @@ type Usage struct {
 	// CostTicks, when not 0, is what the request cost in ticks of 1e-10 USD, as xAI
 	// reports it (usage.cost_in_usd_ticks) in chat completions and the Responses API.
 	CostTicks int64
+	// PriorityShort: OpenAI's priority capacity is short, so a Responses API request that
+	// asks for "priority" or "fast" runs, and is billed, at "default": its answer (a JSON
+	// response, a stream's response.completed) says "default", while its stream's
+	// response.created and response.in_progress echo the tier asked, as OpenAI's do.
+	PriorityShort bool
+	// askedTier and servedTier: a Responses API answer's service_tier (set by the server
+	// from the request: its service_tier, "auto" when it names none): the tier its
+	// stream's events before the terminal one echo, and the one it ran at.
+	askedTier, servedTier string
 }
 
 // xaiCost is the cost_in_usd_ticks member of a usage (with its leading comma), "" when
@@ -682,6 +695,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.API == OpenAIResponses {
 		id := fmt.Sprintf("resp_fake%06d", n)
+		u.askedTier, u.servedTier = cmp.Or(req.ServiceTier, "auto"), chatTier(req.ServiceTier)
+		if u.PriorityShort && (u.servedTier == "priority" || u.servedTier == "fast") {
+			u.servedTier = "default"
+		}
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%06d", n))
 		if t := s.toolCall(body, "function_call_output"); t != nil {
 			call := fmt.Sprintf("call_fake%06d", n)
@@ -1363,8 +1380,15 @@ func responseObject(id, model, status, output string, u Usage) string {
 		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d%s},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d%s}`,
 			u.InputTokens, u.CachedInputTokens, openAICacheWrites(u), u.OutputTokens, u.InputTokens+u.OutputTokens, xaiCost(u))
 	}
-	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s%s,"metadata":{}}`,
-		id, status, model, output, usage, toolUsage(status, u))
+	tier := u.servedTier // the tier it ran at, once it is done
+	if status == "in_progress" {
+		tier = u.askedTier // the request's, echoed
+	}
+	if tier != "" {
+		tier = fmt.Sprintf(`,"service_tier":%q`, tier)
+	}
+	return fmt.Sprintf(`{"id":%q,"object":"response","created_at":1767225600,"status":%q,"error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":%q,"output":%s,"parallel_tool_calls":true,"previous_response_id":null%s,"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":%s%s,"metadata":{}}`,
+		id, status, model, output, tier, usage, toolUsage(status, u))
 }
 
 // responsesFunctionCallEvents are the events of a response that calls the client's

@@ -203,7 +203,9 @@ await run('openai', s.scenario, async () => {
     // the code interpreter in a container of 4 GB it opens, "responses-code-explicit" in
     // one created apart (cntr_stored0001), and its code_interpreter_call items, with the
     // containers they name (containers); "responses-shell" the hosted shell in a 16 GB
-    // container, and its shell_call items. "responses-stream-stop" streams and leaves as
+    // container, and its shell_call items. "responses-priority" and
+    // "responses-priority-stream" ask for service_tier "priority", and report the tier
+    // the answer says it ran at (tier). "responses-stream-stop" streams and leaves as
     // soon as it reads response.completed, the stream's terminal event (an agent's loop
     // that breaks there: the SDK aborts the request before the body's end).
     const params = { model: s.model, input: 'How are tolls paid?' };
@@ -221,6 +223,7 @@ await run('openai', s.scenario, async () => {
     } else if (s.scenario === 'responses-shell') {
       params.tools = [{ type: 'shell', environment: { type: 'container_auto', memory_limit: '16g' } }];
     } else if (s.scenario.includes('-search')) params.tools = [{ type: 'web_search' }];
+    if (s.scenario.startsWith('responses-priority')) params.service_tier = 'priority';
     const callType = fileSearch ? 'file_search_call' : image ? 'image_generation_call' : code ? 'code_interpreter_call'
       : s.scenario === 'responses-shell' ? 'shell_call' : 'web_search_call';
     const searchesIn = (output) => output.filter((item) => item.type === callType).length;
@@ -231,7 +234,7 @@ await run('openai', s.scenario, async () => {
       const res = await client.responses.create(params);
       return {
         text: res.output_text, model: res.model, usage: res.usage ?? null, chunks: 1, searches: searchesIn(res.output),
-        containers: containersIn(res.output),
+        containers: containersIn(res.output), tier: res.service_tier ?? null,
       };
     }
     const stream = await client.responses.create({ ...params, stream: true });
@@ -241,18 +244,20 @@ await run('openai', s.scenario, async () => {
     let chunks = 0;
     let searches = 0;
     let containers = [];
+    let tier = null;
     for await (const event of stream) {
       chunks++;
       if (event.type === 'response.output_text.delta') text += event.delta;
       if (event.type === 'response.completed') {
         model = event.response.model;
+        tier = event.response.service_tier ?? null;
         usage = event.response.usage;
         searches = searchesIn(event.response.output);
         containers = containersIn(event.response.output);
         if (stop) break; // aborts the request: the body's end is not waited for
       }
     }
-    return { text, model, usage, chunks, searches, containers };
+    return { text, model, usage, chunks, searches, containers, tier };
   }
   if (s.scenario === 'audio' || s.scenario === 'audio-stream') {
     // 0.1 s of silence, 16-bit mono at 8 kHz, as a WAV file.

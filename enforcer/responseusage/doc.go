@@ -136,7 +136,9 @@
 // being enough:
 //   - OpenAI's top-level "service_tier" (a chat document's, a Responses object's, a
 //     Responses event's response.service_tier): "priority" and "fast" are the fast
-//     tier, "ultrafast" the ultrafast one;
+//     tier, "ultrafast" the ultrafast one. A Responses stream's terminal event
+//     (response.completed, .incomplete, .failed) says the tier it ran at and wins over
+//     its earlier events, which echo the tier the request asked for;
 //   - Anthropic's usage.speed (a message's, message_start's message.usage,
 //     message_delta's usage) "fast": its fast mode. A usage's speed never overrides a
 //     service_tier of the same object. Anthropic's usage.service_tier "priority" (its

@@ -570,17 +570,29 @@ func (a *accumulator) noteIterations(d *docFields) {
 // Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
 // ON_DEMAND_PRIORITY (Vertex AI) or serviceTier "priority" (the Gemini API), a Bedrock
 // Converse one's serviceTier.type "priority" or performanceConfig.latency "optimized".
-// Any one of a stream's saying so is enough; so for an Anthropic usage's inference_geo
+// Any one of a stream's saying so is enough, but for a Responses stream's terminal
+// event's service_tier, which says the tier the response ran at whatever its earlier
+// events echoed of the request's; so for an Anthropic usage's inference_geo
 // naming a geography (a.regional).
 func (a *accumulator) noteTier(d *docFields, root int) {
 	tier := &d.tier[root]
 	switch a.fam {
 	case famChat, famResponses:
+		said := pricecatalog.Standard
 		for _, n := range pricecatalog.TierNames {
 			if tier.is(n.Name) {
-				a.tier = max(a.tier, n.Tier)
+				said = n.Tier
 			}
 		}
+		if a.fam == famResponses && tier.ok && isResponseTerminal(d) {
+			// A Responses stream's earlier events (response.created, .in_progress) echo
+			// the tier the request asked for; its terminal event says the one it ran at
+			// ("default" when a fast request ran at the standard speed, and was billed
+			// so), which wins. A stream cut before it keeps the dearest said.
+			a.tier = said
+			return
+		}
+		a.tier = max(a.tier, said)
 	case famAnthropic:
 		for _, n := range pricecatalog.SpeedNames {
 			if tier.is(n.Name) {

@@ -812,7 +812,16 @@ func TestPriorityTier(t *testing.T) {
 		{"Responses stream, fast", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
 			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"fast\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", fast},
 		{"Responses stream, ultrafast", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"ultrafast\"}}\n\n" +
-			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"default\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", ultrafast},
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"ultrafast\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", ultrafast},
+		// response.created and .in_progress echo the tier the request asked for; the
+		// terminal event says the one it ran at, and OpenAI bills that.
+		{"Responses stream, asked priority, ran at default", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"priority\"}}\n\n" +
+			"data: {\"type\":\"response.in_progress\",\"response\":{\"service_tier\":\"priority\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"default\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", std},
+		{"Responses stream, asked ultrafast, ran fast", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"ultrafast\"}}\n\n" +
+			"data: {\"type\":\"response.incomplete\",\"response\":{\"service_tier\":\"fast\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", fast},
+		{"Responses stream, a terminal event without a tier keeps the earlier one", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"priority\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", fast},
 		// Anthropic: its fast mode in usage.speed; usage.service_tier "priority" (its
 		// Priority Tier, a capacity commitment) has no surcharge, and is not read.
 		{"Anthropic's usage.service_tier is not read", ctJSON, `{"type":"message","usage":{"input_tokens":1,"output_tokens":2,"service_tier":"priority"}}`, std},
@@ -864,6 +873,16 @@ func TestPriorityTier(t *testing.T) {
 				t.Fatalf("differs from the reference:\n got %s\n ref %s", show(got), show(ref))
 			}
 		})
+	}
+}
+
+// A Responses stream cut before its terminal event is charged the dearest tier its
+// events said (what the request asked for): nothing said it ran at another.
+func TestResponsesStreamCutKeepsTheAskedTier(t *testing.T) {
+	body := "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"priority\"}}\n\n" +
+		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"hello\"}\n\n"
+	if got := run(ctSSE, nil, Limits{}, bytewise([]byte(body)), false); got.Tier != pricecatalog.Fast || got.Complete {
+		t.Fatalf("%s", show(got))
 	}
 }
 
