@@ -80,6 +80,15 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidSnapshot, fmt.Sprintf(format, args...))
 }
 
+// LegacySnapshot tells whether p is a legacy writer's snapshot: present, but of a
+// version before SnapshotVersion (an old empty snapshot reads as version 0). It proves
+// no admission: a settlement carrying one is a legacy request (rule 12), settled as one
+// without a snapshot (charged on its durable start, else kept for reviewed
+// reconciliation), never refused outright.
+func LegacySnapshot(p *internalv1.Snapshot) bool {
+	return p != nil && p.GetVersion() >= 0 && p.GetVersion() < SnapshotVersion
+}
+
 // ParseSnapshot validates a version-2 snapshot of a member's request at now: exactly the
 // three timeframes, each bucket the window of its timeframe that contains the admission
 // instant, with the deterministic bucket id of (organization, member, timeframe, start),

@@ -240,7 +240,14 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 			sj.usage.OCRPages = 1
 		}
 	}
-	if it.GetSnapshot() != nil {
+	if accounting.LegacySnapshot(it.GetSnapshot()) && !sj.unrecorded {
+		// A legacy writer's snapshot (an old empty one, or an older version) proves no
+		// admission (rule 12): the request is settled as one without a snapshot, charged
+		// on its durable start's windows if it has one, else quarantined no_snapshot with
+		// what it brought (the record's payload) for reviewed reconciliation.
+		sj.notes = append(sj.notes, fmt.Sprintf("legacy snapshot (version %d) ignored: only a durable start or a version-2 snapshot is charged",
+			it.GetSnapshot().GetVersion()))
+	} else if it.GetSnapshot() != nil {
 		if it.GetOrganizationId() == "" || it.GetMemberId() == "" {
 			return nil, errors.New("a settlement with a snapshot must name organization_id and member_id")
 		}
@@ -738,7 +745,7 @@ func lateReports(read store.SettleBatchRead) map[string]lateReport {
 		st := read.Starts[id]
 		var it internalv1.SettleItem
 		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(q.Payload, &it); err != nil ||
-			it.GetRequestId() != id || it.GetSnapshot() != nil || it.GetVoided() ||
+			it.GetRequestId() != id || (it.GetSnapshot() != nil && !accounting.LegacySnapshot(it.GetSnapshot())) || it.GetVoided() ||
 			(it.GetOrganizationId() != "" && it.GetOrganizationId() != st.OrganizationID) ||
 			(it.GetMemberId() != "" && it.GetMemberId() != st.MemberID) {
 			continue
