@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -298,4 +299,42 @@ func mustMigrations(t *testing.T) []store.Migration {
 		t.Fatal(err)
 	}
 	return ms
+}
+// Rule 15: a legacy pending marker is never discarded before it is durably transferred.
+// Migration 7 drops the tracking row's pending counter for a count of pending starts;
+// a counter above that count (requests a legacy writer counted pending with no durable
+// start) is such a marker, and the migration refuses, naming the member, instead of
+// dropping it: the member's pendingRequests fell to the starts' count and
+// settlementReady turned true with those requests unsettled. Once an operator has dealt
+// with them (the counter matches the starts), the migration goes through.
+func TestPendingFromStartsMigrationKeepsALegacyPendingMarker(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	if r := start1(t, e, at.StartItem(at.ReqID(), org, ms[0], e.Clock.Now(), 0)); r.Outcome != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start: %v", r)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := e.Store.MigrateTo(ctx, log, 6); err != nil {
+		t.Fatalf("down to 6: %v", err)
+	}
+	// A legacy writer counted two more requests pending, with no durable start.
+	if _, err := e.Store.Pool.Exec(ctx, `UPDATE usage_member_tracking SET pending_requests = 3 WHERE member_id = $1`, ms[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Store.Migrate(ctx, log); err == nil || !strings.Contains(err.Error(), ms[0]) {
+		t.Fatalf("migrating over a legacy pending marker: %v, want a refusal naming the member", err)
+	}
+	if got := e.Int64s(t, `SELECT member_id, pending_requests FROM usage_member_tracking`); got[ms[0]] != 3 {
+		t.Fatalf("pending counters after the refusal %v, want 3 kept for %s", got, ms[0])
+	}
+	if _, err := e.Store.Pool.Exec(ctx, `UPDATE usage_member_tracking SET pending_requests = 1 WHERE member_id = $1`, ms[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Store.Migrate(ctx, log); err != nil {
+		t.Fatalf("migrating once the marker matches the starts: %v", err)
+	}
+	if _, pending, _, _, _ := e.Tracking(t, ms[0]); pending != 1 {
+		t.Fatalf("pending %d, want 1", pending)
+	}
 }
