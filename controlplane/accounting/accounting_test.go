@@ -713,6 +713,23 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// An incomplete cost resolving an unknown receipt (abandonment recovery's) leaves its
+// one promotion to the complete answer, as an incomplete first settlement does.
+func TestDecideIncompleteCostLeavesAnUnknownReceiptsPromotion(t *testing.T) {
+	unknown := &Receipt{Source: SourceUnknown, Basis: BasisNone}
+	d := Decide(unknown, Report{Cost: 100, Source: SourceUpstream, Basis: BasisUpstreamCost})
+	if d.Outcome != Promoted || d.Delta != 100 || d.Receipt.Promoted {
+		t.Fatalf("incomplete cost on an unknown receipt: %+v", d)
+	}
+	again := Decide(&d.Receipt, Report{Cost: 500, Source: SourceUpstream, Complete: true, Basis: BasisUpstreamCost})
+	if again.Outcome != Promoted || again.Delta != 400 || again.IncompleteDelta != -1 || !again.Receipt.Promoted {
+		t.Fatalf("the complete answer after it: %+v", again)
+	}
+	if last := Decide(&again.Receipt, Report{Cost: 600, Source: SourceUpstream, Complete: true, Basis: BasisUpstreamCost}); last.Outcome != CostConflict {
+		t.Fatalf("a third cost: %+v", last)
+	}
+}
+
 func TestCleanModel(t *testing.T) {
 	long := strings.Repeat("é", 150) // 300 bytes
 	cases := []struct {

@@ -98,7 +98,9 @@ func rank(source string) int {
 //   - A known cost below what was charged: CostConflict (charges never go down).
 //   - A report that improves a receipt never promoted before: Promoted, charging only
 //     the difference (possibly zero: a known zero cost still resolves an unknown one).
-//     This happens at most once per receipt. A report improves a receipt when its
+//     This happens at most once per receipt, except that resolving an unknown receipt
+//     with an incomplete cost does not count as that once (the complete answer may
+//     follow, as it may after an incomplete first settlement). A report improves a receipt when its
 //     source knows the cost better (upstream or a real price over a fallback price, any
 //     of them over unknown), or, for an incomplete receipt, when it is complete or
 //     costs more. A repeat of the same fallback-priced cost improves nothing.
@@ -149,8 +151,13 @@ func Decide(prev *Receipt, r Report) Decision {
 	if improves && !prev.Promoted {
 		// A refusal resolving an unknown receipt (abandonment recovery's, a reaper's) is
 		// no answer either: it leaves the receipt's one promotion to the answer that may
-		// follow it, as a refusal settled first does.
-		return promotion(prev, Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: !r.Refused,
+		// follow it, as a refusal settled first does. So does an incomplete report
+		// resolving an unknown receipt: settled first, it would have left its one
+		// promotion to the complete answer, and the unknown receipt (which holds no
+		// answer) must not take it away (rule 15: recovery allows a late known-cost
+		// promotion).
+		final := !r.Refused && (r.Complete || prev.Source != SourceUnknown)
+		return promotion(prev, Receipt{Cost: r.Cost, Source: r.Source, Complete: prev.Complete || r.Complete, Promoted: final,
 			Basis: r.Basis, PriceSource: r.PriceSource, Refused: r.Refused})
 	}
 	if r.Cost == prev.Cost {

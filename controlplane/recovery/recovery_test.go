@@ -94,3 +94,52 @@ func TestConcurrentRecoveriesAndSettlementsCloseEachStartOnce(t *testing.T) {
 	}
 	accountingtest.Check(t, e.Store)
 }
+
+// Rule 15: recovery allows a late known-cost promotion. A recovered start whose real
+// settlements then arrive as they would have without the recovery (an incomplete one,
+// the enforcer's cut stream or its reaper's, then the complete answer) ends charged the
+// complete cost, as it is without the recovery: the incomplete report resolves the
+// unknown receipt without taking its one promotion. Until 2026-12-07 it did take it, so
+// the complete answer met a final receipt, COST_CONFLICT, and the request stayed charged
+// its partial cost (100 of 500 here).
+func TestRecoveredStartIsPromotedToItsCompleteCostAfterAnIncompleteOne(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	member := ms[0]
+	admitted := e.Clock.Now().Add(-2 * time.Hour)
+	id := accountingtest.ReqID()
+	if _, err := e.Ledger.Start(e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, org, member, admitted, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Store.InTx(e.Ctx, func(tx pgx.Tx) error {
+		_, err := recovery.Recover(e.Ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: []string{id},
+			ReviewReference: "INC-1", Apply: true}, e.Clock.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := func(cost int64, complete bool) internalv1.SettleOutcome {
+		res, err := e.Ledger.Settle(e.Ctx, []*internalv1.SettleItem{{RequestId: id, UpstreamCostMicroUsd: accountingtest.Cost(cost), Complete: complete}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].GetOutcome()
+	}
+	if o := settle(100, false); o != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED {
+		t.Fatalf("the incomplete settlement after recovery: %v", o)
+	}
+	if o := settle(500, true); o != internalv1.SettleOutcome_SETTLE_OUTCOME_PROMOTED {
+		t.Fatalf("the complete settlement after the incomplete one: %v, want PROMOTED", o)
+	}
+	if o := settle(600, true); o != internalv1.SettleOutcome_SETTLE_OUTCOME_COST_CONFLICT {
+		t.Fatalf("another cost after the complete one: %v, want COST_CONFLICT (promoted once)", o)
+	}
+	if got := e.Used(t, org, member, window.Day, admitted); got != 500 {
+		t.Fatalf("admission day used %d, want the complete cost 500", got)
+	}
+	if _, pending, unpriced, incomplete, _ := e.Tracking(t, member); pending != 0 || unpriced != 0 || incomplete != 0 {
+		t.Fatalf("pending %d, unpriced %d, incomplete %d; want 0, 0, 0", pending, unpriced, incomplete)
+	}
+	accountingtest.Check(t, e.Store)
+}
