@@ -638,6 +638,25 @@ func (l *Ledger) settleBatch(ctx context.Context, tx *store.PipelinedTx, jobs []
 			continue
 		}
 		if j.item.voided {
+			if prev := receipts[id]; ok && st.State == "recovered" && prev != nil && prev.Source == accounting.SourceUnknown && !prev.Promoted {
+				// A void after abandonment recovery: the request was never forwarded, a
+				// known 0, which resolves the recovered unknown receipt as a front door's
+				// refusal does (no charge; no longer unpriced or incomplete). It is no
+				// settlement: the member's last settlement fields stay as they were.
+				vj, err := validateSettle(&internalv1.SettleItem{RequestId: id, Refused: true, Complete: true, UpstreamCostMicroUsd: new(int64)}, now)
+				if err != nil {
+					return none, err
+				}
+				md := s.member(st.MemberID)
+				last, basis := md.LastSettlementRequestID, md.LastSettlementCostBasis
+				if err := settleOne(vj, st, &internalv1.SettleResult{RequestId: id}); err != nil {
+					return none, err
+				}
+				md.LastSettlementRequestID, md.LastSettlementCostBasis = last, basis
+				r.Outcome = internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED
+				r.Message = "the start was recovered: the void resolves its unknown cost as 0 (never forwarded)"
+				continue
+			}
 			if s.void(r, id, st, ok) {
 				delete(read.Starts, id) // as the batch leaves it, for any later item
 			}

@@ -143,3 +143,49 @@ func TestRecoveredStartIsPromotedToItsCompleteCostAfterAnIncompleteOne(t *testin
 	}
 	accountingtest.Check(t, e.Store)
 }
+
+// A recovered start whose void arrives late (its enforcer's spool delivered it after the
+// recovery): the void proves the request was never forwarded, a known cost of 0, so it
+// resolves the recovered unknown receipt, as a front door's refusal does: the request no
+// longer counts unpriced or incomplete (rule 18: those count tracked receipts whose cost
+// is not known), and nothing is charged. Until 2026-12-07 the void was answered "its
+// charge stands" and the request counted unpriced and incomplete for good.
+func TestLateVoidResolvesARecoveredStart(t *testing.T) {
+	e := accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	member := ms[0]
+	admitted := e.Clock.Now().Add(-2 * time.Hour)
+	id := accountingtest.ReqID()
+	if _, err := e.Ledger.Start(e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, org, member, admitted, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Store.InTx(e.Ctx, func(tx pgx.Tx) error {
+		_, err := recovery.Recover(e.Ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: []string{id},
+			ReviewReference: "INC-1", Apply: true}, e.Clock.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a void is final and idempotent
+		res, err := e.Ledger.Settle(e.Ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: org, MemberId: member, Voided: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := res[0].GetOutcome(); o != internalv1.SettleOutcome_SETTLE_OUTCOME_VOIDED {
+			t.Fatalf("the late void: %v", res[0])
+		}
+	}
+	if _, pending, unpriced, incomplete, _ := e.Tracking(t, member); pending != 0 || unpriced != 0 || incomplete != 0 {
+		t.Fatalf("pending %d, unpriced %d, incomplete %d after the void; want 0, 0, 0", pending, unpriced, incomplete)
+	}
+	day := e.Int64s(t, `SELECT 'day', unpriced_requests + incomplete_requests + used_micro_usd FROM usage_buckets WHERE id = $1`,
+		window.BucketID(org, member, window.Day, window.Of(window.Day, admitted).Start))
+	if day["day"] != 0 {
+		t.Fatalf("the admission day still counts %d (unpriced + incomplete + used)", day["day"])
+	}
+	if n := e.Int64s(t, `SELECT 'n', count(*) FROM usage_member_tracking WHERE member_id = $1 AND last_settlement_request_id IS NOT NULL`, member); n["n"] != 0 {
+		t.Fatal("the void moved the last settlement fields: nothing was settled")
+	}
+	accountingtest.Check(t, e.Store)
+}

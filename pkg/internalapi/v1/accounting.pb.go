@@ -1581,8 +1581,9 @@ type SettleItem struct {
 	// start became durable (the gate's speculative start, docs/enforcer.md, "Speculative
 	// starts"). The control plane removes the pending start, with its reservation, and
 	// writes no receipt and charges nothing: to the member the request never began. A
-	// voided item carries no usage, no cost and no snapshot. A start already settled or
-	// recovered is left as it is; no start at all is nothing to do. A control plane older
+	// voided item carries no usage, no cost and no snapshot. A start already settled is
+	// left as it is; a recovered one's unknown cost is resolved as 0 (no longer unpriced or
+	// incomplete); no start at all is nothing to do. A control plane older
 	// than this field reads the item as a settlement of nothing: a receipt of no cost.
 	Voided bool `protobuf:"varint,44,opt,name=voided,proto3" json:"voided,omitempty"`
 	// refused: the front door answered the request itself (ext_proc's immediate response:
