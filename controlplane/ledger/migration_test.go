@@ -300,6 +300,7 @@ func mustMigrations(t *testing.T) []store.Migration {
 	}
 	return ms
 }
+
 // Rule 15: a legacy pending marker is never discarded before it is durably transferred.
 // Migration 7 drops the tracking row's pending counter for a count of pending starts;
 // a counter above that count (requests a legacy writer counted pending with no durable
