@@ -103,22 +103,7 @@ func TestConcurrentRecoveriesAndSettlementsCloseEachStartOnce(t *testing.T) {
 // the complete answer met a final receipt, COST_CONFLICT, and the request stayed charged
 // its partial cost (100 of 500 here).
 func TestRecoveredStartIsPromotedToItsCompleteCostAfterAnIncompleteOne(t *testing.T) {
-	e := accountingtest.New(t, accountingtest.Options{})
-	org, ms := e.Org(t, 1)
-	member := ms[0]
-	admitted := e.Clock.Now().Add(-2 * time.Hour)
-	id := accountingtest.ReqID()
-	if _, err := e.Ledger.Start(e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, org, member, admitted, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	err := e.Store.InTx(e.Ctx, func(tx pgx.Tx) error {
-		_, err := recovery.Recover(e.Ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: []string{id},
-			ReviewReference: "INC-1", Apply: true}, e.Clock.Now())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, org, member, id, admitted := recoveredStart(t)
 	settle := func(cost int64, complete bool) internalv1.SettleOutcome {
 		res, err := e.Ledger.Settle(e.Ctx, []*internalv1.SettleItem{{RequestId: id, UpstreamCostMicroUsd: accountingtest.Cost(cost), Complete: complete}})
 		if err != nil {
@@ -151,22 +136,7 @@ func TestRecoveredStartIsPromotedToItsCompleteCostAfterAnIncompleteOne(t *testin
 // is not known), and nothing is charged. Until 2026-12-07 the void was answered "its
 // charge stands" and the request counted unpriced and incomplete for good.
 func TestLateVoidResolvesARecoveredStart(t *testing.T) {
-	e := accountingtest.New(t, accountingtest.Options{})
-	org, ms := e.Org(t, 1)
-	member := ms[0]
-	admitted := e.Clock.Now().Add(-2 * time.Hour)
-	id := accountingtest.ReqID()
-	if _, err := e.Ledger.Start(e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, org, member, admitted, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	err := e.Store.InTx(e.Ctx, func(tx pgx.Tx) error {
-		_, err := recovery.Recover(e.Ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: []string{id},
-			ReviewReference: "INC-1", Apply: true}, e.Clock.Now())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, org, member, id, admitted := recoveredStart(t)
 	for range 2 { // a void is final and idempotent
 		res, err := e.Ledger.Settle(e.Ctx, []*internalv1.SettleItem{{RequestId: id, OrganizationId: org, MemberId: member, Voided: true}})
 		if err != nil {
@@ -188,4 +158,27 @@ func TestLateVoidResolvesARecoveredStart(t *testing.T) {
 		t.Fatal("the void moved the last settlement fields: nothing was settled")
 	}
 	accountingtest.Check(t, e.Store)
+}
+
+// recoveredStart is one start admitted two hours ago and closed by abandonment recovery
+// (an unknown, incomplete receipt), with its organization, member and request id.
+func recoveredStart(t *testing.T) (e *accountingtest.Env, org, member, id string, admitted time.Time) {
+	t.Helper()
+	e = accountingtest.New(t, accountingtest.Options{})
+	org, ms := e.Org(t, 1)
+	member = ms[0]
+	admitted = e.Clock.Now().Add(-2 * time.Hour)
+	id = accountingtest.ReqID()
+	if _, err := e.Ledger.Start(e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, org, member, admitted, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Store.InTx(e.Ctx, func(tx pgx.Tx) error {
+		_, err := recovery.Recover(e.Ctx, tx, noAudit{}, recovery.Request{OrganizationID: org, RequestIDs: []string{id},
+			ReviewReference: "INC-1", Apply: true}, e.Clock.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, org, member, id, admitted
 }
