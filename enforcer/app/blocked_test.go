@@ -22,6 +22,9 @@ func keptBlockEnv(t *testing.T, poll time.Duration) (*enforcertest.Env, who) {
 	// Blocks are kept only while the invalidation subscription is live, and its
 	// confirmation forgets what was kept before it (a loaded machine may confirm late).
 	enforcertest.WaitFor(t, "the invalidation subscription", e.Enforcer.Gate.Blocks.Live)
+	// The generation watcher's first look is sent at start; on a loaded machine (the race
+	// detector's run) it came during a kept block's check, counted as its commands.
+	enforcertest.WaitFor(t, "the generation watcher's first look", e.Enforcer.Records.Watched)
 	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
 	return e, w
 }
@@ -77,6 +80,7 @@ func TestKeptBlockEndsAtTheWindowReset(t *testing.T) {
 	// As in keptBlockEnv: a subscription confirmed after the first 429 would forget
 	// the block it kept, and the next check would read Redis.
 	enforcertest.WaitFor(t, "the invalidation subscription", e.Enforcer.Gate.Blocks.Live)
+	enforcertest.WaitFor(t, "the generation watcher's first look", e.Enforcer.Records.Watched)
 	denied(t, e.Check(t, map[string]string{"x-api-key": w.key}), 429)
 	e.Clock.Set(time.Date(2026, 9, 17, 4, 59, 59, 999_000_000, time.UTC))
 	checkKept(t, e, w)

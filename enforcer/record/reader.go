@@ -68,6 +68,9 @@ type Reader struct {
 
 	// gen is the generation last seen; nil until the first successful poll.
 	gen atomic.Pointer[string]
+	// watched is set once the watcher's first look (its generation poll and the masters'
+	// check after it) is over (Watched).
+	watched atomic.Bool
 	// rebuilt is OnRebuild's function; sawGeneration is set once a poll found one.
 	rebuilt       atomic.Pointer[func(postgresKept bool)]
 	sawGeneration atomic.Bool
@@ -595,6 +598,11 @@ func (r *Reader) Run(ctx context.Context) error {
 	}
 }
 
+// Watched reports whether the watcher's first look at the generation marker (and at the
+// masters) is over: its Redis commands are sent at start, beside the first checks', and
+// the next only a GenerationPoll later.
+func (r *Reader) Watched() bool { return r.watched.Load() }
+
 // watch polls the generation marker until ctx is done, and sooner when a read found a
 // record of another generation.
 func (r *Reader) watch(ctx context.Context) {
@@ -611,6 +619,7 @@ func (r *Reader) watch(ctx context.Context) {
 			r.watchMasters(pollCtx, g)
 		}
 		cancel()
+		r.watched.Store(true)
 		select {
 		case <-ctx.Done():
 			return
