@@ -80,7 +80,7 @@ func TestReadmeSaysSecretChangesNeedARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fullname := releaseName // the README's release name contains "tollgate"
-	restart := regexp.MustCompile("kubectl rollout restart ((?:deployment/\\S+ ?)+)").FindAllStringSubmatch(string(readme), -1)
+	restart := regexp.MustCompile(`kubectl rollout restart ((?:deployment/\S+ ?)+)`).FindAllStringSubmatch(string(readme), -1)
 	for _, d := range decodeAll(t, out) {
 		if str(d, "kind") != "Deployment" {
 			continue
