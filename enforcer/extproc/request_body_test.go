@@ -819,15 +819,7 @@ func TestExtProcRefusesDeferredBilling(t *testing.T) {
 				}
 				continue
 			}
-			ir := resp.GetImmediateResponse()
-			if ir == nil || ir.GetStatus().GetCode() != 403 || !strings.Contains(string(ir.GetBody()), `"endpoint":"`+tc.endpoint+`"`) {
-				t.Fatalf("%s: want a 403 naming %s, got %v", tc.path, tc.endpoint, resp)
-			}
-			enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
-			if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 ||
-				r.Item.UpstreamCostMicroUsd == nil || *r.Item.UpstreamCostMicroUsd != 0 {
-				t.Fatalf("%s: receipt %+v of %v", tc.path, r, r.Item)
-			}
+			refusedAsBilledLater(t, e, id, tc.path, tc.endpoint, resp)
 			refused++
 		}
 		want := map[string]float64{"refuse": 5, "allow": 0}[mode]
@@ -915,14 +907,7 @@ func TestExtProcRefusesABodylessRequestBilledLater(t *testing.T) {
 				}
 				continue
 			}
-			ir := resp.GetImmediateResponse()
-			if ir == nil || ir.GetStatus().GetCode() != 403 || !strings.Contains(string(ir.GetBody()), `"endpoint":"`+c.endpoint+`"`) {
-				t.Fatalf("%s: want a 403 naming %s, got %v", c.path, c.endpoint, resp)
-			}
-			enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
-			if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 {
-				t.Fatalf("%s: receipt %+v of %v", c.path, r, r.Item)
-			}
+			refusedAsBilledLater(t, e, id, c.path, c.endpoint, resp)
 		}
 	}
 }
@@ -1308,5 +1293,20 @@ func TestExtProcReadsTheRoutesAzureDeployments(t *testing.T) {
 		if got := e.CP.Receipt(id).Item.GetModel(); got != tc.refused {
 			t.Fatalf("refused as %q, want the deployment's %q", got, tc.refused)
 		}
+	}
+}
+
+// refusedAsBilledLater requires resp to be the 403 naming the billed-later endpoint, and
+// the request id it refused to be settled complete at a known 0.
+func refusedAsBilledLater(t *testing.T, e *enforcertest.Env, id, path, endpoint string, resp *extprocv3.ProcessingResponse) {
+	t.Helper()
+	ir := resp.GetImmediateResponse()
+	if ir == nil || ir.GetStatus().GetCode() != 403 || !strings.Contains(string(ir.GetBody()), `"endpoint":"`+endpoint+`"`) {
+		t.Fatalf("%s: want a 403 naming %s, got %v", path, endpoint, resp)
+	}
+	enforcertest.WaitFor(t, "the refused request settled", func() bool { return e.CP.Receipt(id) != nil })
+	if r := e.CP.Receipt(id); r.Cost != 0 || !r.Item.GetComplete() || r.Item.GetUpstreamStatus() != 403 ||
+		r.Item.UpstreamCostMicroUsd == nil || *r.Item.UpstreamCostMicroUsd != 0 {
+		t.Fatalf("%s: receipt %+v of %v", path, r, r.Item)
 	}
 }
