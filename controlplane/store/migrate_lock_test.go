@@ -154,15 +154,23 @@ func TestMigrationOutlastsAStatementTimeout(t *testing.T) {
 	if _, err := plain.MigrateTo(ctx, quiet(), 34); err != nil {
 		t.Fatal(err)
 	}
-	// Enough members that 0035's index takes longer than the timeout below.
-	if _, err := plain.Pool.Exec(ctx, `
-		INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_1', 'O', 'o', now());
-		INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
-			SELECT 'usr_' || i, 'u' || i || '@x.test', 'u' || i || '@x.test', 'U', 'x', now(), now() FROM generate_series(1, 150000) i;
-		INSERT INTO members (id, organization_id, user_id, role, created_at)
-			SELECT 'om_' || i, 'org_1', 'usr_' || i, 'member', now() FROM generate_series(1, 150000) i`); err != nil {
+	// 0035's index waits 400 ms behind another transaction's lock on members, longer
+	// than the timeout below and well inside the migration's own lock wait. (A wait
+	// rather than a large table: 150,000 members' inserts flooded the shared Postgres's
+	// WAL and stalled the other packages' commits for seconds.)
+	holder, err := plain.Pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	if _, err := holder.Exec(ctx, `LOCK TABLE members IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		released <- holder.Commit(ctx)
+	}()
 	st, err := store.Open(ctx, storetest.URLWith(name, "statement_timeout=100ms"))
 	if err != nil {
 		t.Fatal(err)
@@ -170,5 +178,8 @@ func TestMigrationOutlastsAStatementTimeout(t *testing.T) {
 	defer st.Close()
 	if applied, err := st.Migrate(ctx, quiet()); err != nil || len(applied) != store.LatestVersion()-34 {
 		t.Fatalf("migrate under a statement_timeout: %v, %v", applied, err)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
 	}
 }
