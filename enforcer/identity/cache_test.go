@@ -30,11 +30,19 @@ type authn struct {
 	mu    sync.Mutex
 	known map[string]*internalv1.AuthenticateResponse // by hex hash
 	block chan struct{}
-	err   error
+	// entered, when set, is told of each call as it begins (before block).
+	entered chan struct{}
+	err     error
 }
 
 func (a *authn) Authenticate(ctx context.Context, in *internalv1.AuthenticateRequest, _ ...grpc.CallOption) (*internalv1.AuthenticateResponse, error) {
 	a.calls.Add(1)
+	if a.entered != nil {
+		select {
+		case a.entered <- struct{}{}:
+		default:
+		}
+	}
 	if a.block != nil {
 		<-a.block
 	}
@@ -172,9 +180,10 @@ func TestInvalidations(t *testing.T) {
 func TestAnswerInFlightAcrossAnInvalidationIsNotCached(t *testing.T) {
 	c, a, _ := setup(t)
 	a.block = make(chan struct{})
+	a.entered = make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() { lookup(t, c, "tgk_alice"); close(done) }()
-	time.Sleep(10 * time.Millisecond)
+	<-a.entered                                                       // the call is on its way (a sleep here let the invalidation come first under load)
 	c.Invalidate(mirror.Invalidation{Kind: "member", ID: "om_alice"}) // revoked while the answer is on its way
 	close(a.block)
 	<-done
