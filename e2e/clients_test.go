@@ -431,8 +431,8 @@ func TestCodexOverTheResponsesWebSocket(t *testing.T) {
 	})
 
 	t.Run("its own OpenAI provider, blocked", func(t *testing.T) {
-		// The first subtest spent 0.75 USD: a limit of 0.50 blocks the member.
-		s.guardPolicy(t, o, "0.5", nil)
+		// The first subtest spent 0.75 USD: a limit of that blocks the member.
+		s.blockAtSpend(t, o)
 		env := []string{"HOME=" + t.TempDir(), "CODEX_HOME=" + t.TempDir(), "CODEX_API_KEY=" + o.key}
 		// Two handshakes refused: the session's first connection (Codex opens it as the
 		// session starts and goes on when it fails) and the turn's, no call over HTTP.
@@ -656,7 +656,7 @@ func TestOpenCodeThroughTheGateway(t *testing.T) {
 	s.waitUsed(t, o, len(calls), used)
 
 	t.Run("blocked", func(t *testing.T) {
-		s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+		s.blockAtSpend(t, o) // spent: the member is blocked
 		s.waitBlocked(t, o)
 		before := len(fake.Calls())
 		refused := func() float64 {
@@ -733,7 +733,7 @@ func TestQwenCodeThroughTheGateway(t *testing.T) {
 	}
 	chargedChatStreams(t, s, o, fake, in, out)
 
-	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+	s.blockAtSpend(t, o) // spent: the member is blocked
 	r = blockedRun(t, s, o, fake, "qwen", func() clientRun { return runClient(t, "qwen", env, args...) })
 	res := qwenResult(t, r)
 	if r.exit == 0 || !res.IsError || !strings.HasPrefix(res.Error.Message, "Quota exhausted: Usage limit exceeded (day)") ||
@@ -829,7 +829,7 @@ func TestClineThroughTheGateway(t *testing.T) {
 	}
 	chargedChatStreams(t, s, o, fake, in, out)
 
-	s.guardPolicy(t, o, "0.000001", nil) // spent: the member is blocked
+	s.blockAtSpend(t, o) // spent: the member is blocked
 	r = blockedRunRefused(t, s, o, fake, "cline", 6, func() clientRun { return runClient(t, "cline", env, args...) })
 	if res := clineResult(t, r); r.exit == 0 || res.FinishReason != "error" || !strings.HasPrefix(res.Text, "Usage limit exceeded (day)") ||
 		!strings.Contains(res.Text, s.askForMore()) {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/money"
 )
 
 // slowUpstream answers every chat completion after delay, reporting a cost of exactly
@@ -49,11 +51,24 @@ func gatewayEnv(upstream string) map[string]string {
 		"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION": providerAuthorization}
 }
 
-// guardPolicy replaces the test organization's policy (setUpOrg's, revision 1) with a
-// hard day limit of limitUSD and the given in-flight guard (nil: none).
+// guardPolicy replaces the test organization's policy (setUpOrg's, at whatever revision
+// it is) with a hard day limit of limitUSD and the given in-flight guard (nil: none).
 func (s *stack) guardPolicy(t testing.TB, o org, limitUSD string, inFlight map[string]any) {
 	t.Helper()
-	body := map[string]any{"name": "Guarded", "revision": 1, "hardLimit": true, "allowRequestReset": true,
+	var list struct {
+		Policies []struct {
+			ID       string
+			Revision int64
+		}
+	}
+	s.must(t, 200, "GET", "/v1/gateway/usage-limit-policies", o.owner.token, o.id, nil, &list)
+	revision := int64(0)
+	for _, p := range list.Policies {
+		if p.ID == o.policyID {
+			revision = p.Revision
+		}
+	}
+	body := map[string]any{"name": "Guarded", "revision": revision, "hardLimit": true, "allowRequestReset": true,
 		"limits": []map[string]string{{"timeframe": "day", "costUsd": limitUSD}}}
 	if inFlight != nil {
 		body["inFlight"] = inFlight
@@ -67,9 +82,30 @@ func (s *stack) guardPolicy(t testing.TB, o org, limitUSD string, inFlight map[s
 		}
 	}
 	s.must(t, 200, "PATCH", "/v1/gateway/usage-limit-policies/"+o.policyID, o.owner.token, o.id, body, &p)
-	if p.Revision != 2 || (inFlight != nil && p.InFlight.Reserve != inFlight["reserve"]) {
-		t.Fatalf("policy after the edit: %+v", p)
+	if revision == 0 || p.Revision != revision+1 || (inFlight != nil && p.InFlight.Reserve != inFlight["reserve"]) {
+		t.Fatalf("policy after the edit of revision %d: %+v", revision, p)
 	}
+}
+
+// blockAtSpend blocks o's member at what it has spent today: once its requests are
+// settled, the day's hard limit becomes that spend, so the member is refused and its 429
+// offers the way to ask for more, which an extension of a quarter lifts
+// (decision.Bucket.ExtensionWouldLift). A limit far below the spend refuses without the
+// offer: an approval would leave the member refused.
+func (s *stack) blockAtSpend(t testing.TB, o org) {
+	t.Helper()
+	var used int64
+	waitFor(t, 15*time.Second, "the member's requests to settle", func() bool {
+		st := s.status(t, o)
+		used = 0
+		for _, w := range st.Windows {
+			if w.Timeframe == "day" {
+				used = w.UsedMicroUsd
+			}
+		}
+		return st.Coverage.PendingRequests != nil && *st.Coverage.PendingRequests == 0 && used > 0
+	})
+	s.guardPolicy(t, o, money.FormatUSD(used), nil)
 }
 
 // guardedStack starts a stack and a second enforcer, both with their gateways in front of

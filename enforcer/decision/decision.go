@@ -5,6 +5,7 @@ import (
 
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -83,6 +84,21 @@ type Bucket struct {
 // which a blocked window meets). A 429 offers a way to ask only then.
 func (b *Bucket) MayAskForMore() bool {
 	return b.AllowRequestReset && b.Base > 0 && b.Extension == 0
+}
+
+// ExtensionWouldLift reports whether an approved extension of this exhausted window would
+// admit the member again: the control plane would take the request (MayAskForMore) and
+// the spend is still below the allowance an approval brings, base + ceil(base/4)
+// (money.ExtensionFor). Work in flight settles past the allowance (ACCOUNTING.md, rule 3),
+// so spend can already be beyond it; an approval then changes nothing but uses the
+// window's one extension, and a 429 does not offer it (the control plane still takes a
+// request made anyway: the specification's eligibility does not weigh spend).
+func (b *Bucket) ExtensionWouldLift() bool {
+	if !b.MayAskForMore() {
+		return false
+	}
+	lifted, err := money.AddChecked(b.Base, money.ExtensionFor(b.Base))
+	return err != nil || b.Used < lifted
 }
 
 // Decision is the outcome of Decide. It is a value: no pointers into the record

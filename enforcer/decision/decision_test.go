@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -275,5 +276,34 @@ func TestDecideLastKnownPassesOverAnUnknownWindow(t *testing.T) {
 	}
 	if d := DecideLastKnown(rec(tomorrow, []lim{{window.Day, 100, 0, true}}, map[window.Timeframe]int64{window.Day: 10}), tomorrow); d.Result != Admit {
 		t.Fatalf("a current record: %v", d.Result)
+	}
+}
+
+// TestExtensionWouldLift: an approved extension admits the member again only while the
+// spend is below base + ceil(base/4); work in flight can settle past that (rule 3), and
+// then an approval would change nothing but use the window's one extension.
+func TestExtensionWouldLift(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		base, ext, used int64
+		allow           bool
+		want            bool
+	}{
+		{"just spent", 100, 0, 100, true, true},
+		{"below the extended allowance", 100, 0, 124, true, true},
+		{"at the extended allowance", 100, 0, 125, true, false},
+		{"past it", 100, 0, 150, true, false},
+		{"a base the quarter rounds up", 101, 0, 126, true, true},
+		{"at its extended allowance", 101, 0, 127, true, false},
+		{"the policy lets no one ask", 100, 0, 110, false, false},
+		{"the extension is used", 100, 25, 130, true, false},
+		{"no base", 0, 0, 10, true, false},
+		{"a base whose extension does not fit", math.MaxInt64, 0, math.MaxInt64, true, true},
+	} {
+		b := Bucket{Limited: true, Base: c.base, Extension: c.ext, Allowance: c.base + c.ext, Used: c.used,
+			HardLimit: true, AllowRequestReset: c.allow, Exhausted: c.used >= c.base+c.ext}
+		if got := b.ExtensionWouldLift(); got != c.want {
+			t.Errorf("%s: ExtensionWouldLift %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -417,9 +417,11 @@ func renderMinute(now time.Time) time.Time { return now.Truncate(time.Minute) }
 // it waits the n seconds and tries again, after the reset. The body is kept per blocked
 // member (BlockedMembers) and rendered again each minute: n is never short, and at most
 // a minute (and the kept decision's TTL) long. Where a listed bucket's policy lets the
-// member ask for more (allowRequestReset) and its extension would lift the block sooner
-// (it resets after every listed bucket that cannot be extended: else an approval changes
-// nothing, the member still refused until that one resets), the message says how, in full: the request's
+// member ask for more (allowRequestReset), its spend is below the allowance an approval
+// brings (decision.Bucket.ExtensionWouldLift: work in flight can settle past it) and its
+// extension would lift the block sooner (it resets after every listed bucket that cannot
+// be extended: else an approval changes nothing, the member still refused until that one
+// resets), the message says how, in full: the request's
 // URL (askURL: the control plane's as members reach it, or its path when the enforcer
 // was not told it) and the request's body with the first such bucket's bucketId. AI
 // tools show the message and not the details, so a member reading it there can ask with
@@ -444,7 +446,7 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 	// for another window's helps only when that one resets later (askAfter).
 	var stuck time.Time
 	for i := range d.Buckets {
-		if b := &d.Buckets[i]; b.Exhausted && b.HardLimit && !b.MayAskForMore() && b.Window.End.After(stuck) {
+		if b := &d.Buckets[i]; b.Exhausted && b.HardLimit && !b.ExtensionWouldLift() && b.Window.End.After(stuck) {
 			stuck = b.Window.End
 		}
 	}
@@ -463,7 +465,7 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 			HardLimit:         b.HardLimit,
 			AllowRequestReset: b.AllowRequestReset,
 		})
-		if b.MayAskForMore() && ask == "" && b.Window.End.After(stuck) {
+		if b.ExtensionWouldLift() && ask == "" && b.Window.End.After(stuck) {
 			ask = askForMore(askURL, det.ExhaustedBuckets[len(det.ExhaustedBuckets)-1].BucketID, string(b.Window.Timeframe))
 		}
 	}

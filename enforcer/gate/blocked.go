@@ -89,7 +89,7 @@ type blockedBucketKey struct {
 	start, end      int64
 	used, allowance int64
 	allowReset      bool // the policy's flag, shown in the details
-	mayAsk          bool // the way to ask is offered (decision.Bucket.MayAskForMore)
+	mayAsk          bool // the way to ask is offered (decision.Bucket.ExtensionWouldLift)
 }
 
 // newBlockedMembers keeps at most maxEntries members (at least one per shard), and
@@ -118,7 +118,7 @@ func keyOf(d *decision.Decision, orgID string, now time.Time) blockedKey {
 		}
 		k.buckets[i] = blockedBucketKey{listed: true, timeframe: string(b.Window.Timeframe),
 			start: b.Window.Start.UnixNano(), end: b.Window.End.UnixNano(),
-			used: b.Used, allowance: b.Allowance, allowReset: b.AllowRequestReset, mayAsk: b.MayAskForMore()}
+			used: b.Used, allowance: b.Allowance, allowReset: b.AllowRequestReset, mayAsk: b.ExtensionWouldLift()}
 	}
 	return k
 }

@@ -55,8 +55,8 @@ func TestBlockedMessageSaysHowToAskForMore(t *testing.T) {
 		want            string
 	}{
 		{"day alone", 150, 10, "Usage limit exceeded (day): the usage quota will reset at 2026-09-17T05:00:00Z. Please retry in 61200s."},
-		{"month alone", 10, 2000, "Usage limit exceeded (month): the usage quota will reset at 2026-10-01T05:00:00Z. Please retry in 1270800s." + ask},
-		{"both", 150, 2000, "Usage limit exceeded (day, month): the usage quota will reset at 2026-10-01T05:00:00Z. Please retry in 1270800s." + ask},
+		{"month alone", 10, 1200, "Usage limit exceeded (month): the usage quota will reset at 2026-10-01T05:00:00Z. Please retry in 1270800s." + ask},
+		{"both", 150, 1200, "Usage limit exceeded (day, month): the usage quota will reset at 2026-10-01T05:00:00Z. Please retry in 1270800s." + ask},
 	} {
 		d := blockedDecision(t, now, c.usedDay, c.usedMo)
 		var body struct{ Error struct{ Message string } }
@@ -129,7 +129,7 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 	if b, _ := c.body(&again, limitsOf(&again), "org_x", "om_a", now, keep{}); &b[0] != &b1[0] {
 		t.Fatal("unchanged body rendered again")
 	}
-	for _, d := range []decision.Decision{blockedDecision(t, now, 10, 2000), blockedDecision(t, now, 150, 2000)} {
+	for _, d := range []decision.Decision{blockedDecision(t, now, 10, 1200), blockedDecision(t, now, 150, 1200)} {
 		_, fresh := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
 		_, rendered := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
 		_, kept := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
@@ -139,9 +139,9 @@ func TestBlockedBodyIsRenderedAgainWhenAnythingShownChanges(t *testing.T) {
 	}
 	for name, d := range map[string]decision.Decision{
 		"day spend moved":        blockedDecision(t, now, 160, 10),
-		"month exhausted too":    blockedDecision(t, now, 150, 2000),
+		"month exhausted too":    blockedDecision(t, now, 150, 1200),
 		"next day's window":      blockedDecision(t, now.Add(24*time.Hour), 150, 10),
-		"month alone, day fresh": blockedDecision(t, now, 10, 2000),
+		"month alone, day fresh": blockedDecision(t, now, 10, 1200),
 	} {
 		got, _ := c.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
 		if want, _ := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath); !bytes.Equal(got, want) {
@@ -246,7 +246,7 @@ func TestBlockedDecisionIsKeptOnlyWhileNothingCanHaveLiftedIt(t *testing.T) {
 // counted from the instant of the check.
 func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
-	d := blockedDecision(t, now, 150, 2000)
+	d := blockedDecision(t, now, 150, 1200)
 	c := newBlockedMembers(10, time.Hour, metrics.Discard())
 	c.Subscribed(true)
 	g := &Gate{Blocks: c}
@@ -270,7 +270,7 @@ func TestKeptRefusalIsTheFreshOne(t *testing.T) {
 // punycode) leaves it to the body's message.
 func TestPromoHeaderOnlyInPrintableASCII(t *testing.T) {
 	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
-	d := blockedDecision(t, now, 10, 2000)
+	d := blockedDecision(t, now, 10, 1200)
 	for _, c := range []struct {
 		url    string
 		header bool
@@ -346,8 +346,8 @@ func TestBlockedMessageOffersNoAskTheControlPlaneRefuses(t *testing.T) {
 }
 
 // TestBlockedMessageOffersNoAskThatCannotLiftTheBlock: when two hard windows refuse and
-// one of them cannot be extended (its policy lets no one ask, or its one extension is
-// spent), an extension of the other lifts nothing: the member stays blocked until the
+// one of them cannot be extended (its policy lets no one ask, its one extension is spent,
+// or its spend is already past what an extension would allow), an extension of the other lifts nothing: the member stays blocked until the
 // first resets. The message offered the other's ask all the same (and Codex showed it,
 // X-Codex-Promo-Message): the member asked, an admin approved, and the next call was
 // refused as before. The way to ask is offered for a window whose extension lifts the
@@ -359,17 +359,26 @@ func TestBlockedMessageOffersNoAskThatCannotLiftTheBlock(t *testing.T) {
 		name                string
 		dayReset, weekReset bool
 		weekExtension       int64
+		dayUsed, weekUsed   int64  // of 50,000 and 100,000: an extension allows 62,500 and 125,000
 		ask                 string // the window named, "" for none
 	}{
-		{"both may ask", true, true, 0, "day"},
-		{"the week lets no one ask", true, false, 0, ""},
+		{"both may ask", true, true, 0, 60000, 110000, "day"},
+		{"the week lets no one ask", true, false, 0, 60000, 110000, ""},
 		// The week's extension lifts the block at the day's reset, before the week's.
-		{"the day lets no one ask", false, true, 0, "week"},
-		{"the week's extension is spent", true, true, 25000, ""},
+		{"the day lets no one ask", false, true, 0, 60000, 110000, "week"},
+		{"the week's extension is spent", true, true, 25000, 60000, 130000, ""},
+		// The day's spend is already past what its extension would allow (work in flight
+		// settled beyond it): the week's lifts the block sooner.
+		{"the day is spent past its extension", true, true, 0, 70000, 110000, "week"},
+		{"both are spent past their extensions", true, true, 0, 70000, 130000, ""},
 	} {
 		var spend []*internalv1.WindowSpend
 		for _, w := range window.Current(now) {
-			spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: 200000})
+			used := c.weekUsed
+			if w.Timeframe == window.Day {
+				used = c.dayUsed
+			}
+			spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: used})
 		}
 		rec := &mirror.Record{Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: "om_a", MemberActive: true, CaptureEnabled: true,
 			Limits: []*internalv1.Limit{

@@ -233,7 +233,9 @@ var (
 	withinRecord    = memberRecord(day(100, true), allSpend(10))
 	overRecord      = memberRecord(day(100, false), allSpend(150))
 	unlimitedRecord = memberRecord(nil, allSpend(1_000))
-	blockedRecord   = memberRecord(day(100, true), allSpend(150))
+	// blockedRecord's day is spent (120 of 100) but below what its extension would allow
+	// (125), so its 429 offers the way to ask (decision.Bucket.ExtensionWouldLift).
+	blockedRecord   = memberRecord(day(100, true), allSpend(120))
 	suspendedRecord = memberRecord(day(100, true), allSpend(10), func(e *internalv1.Entitlement) { e.CaptureEnabled = false })
 	removedRecord   = memberRecord(day(100, true), allSpend(10), func(e *internalv1.Entitlement) { e.MemberActive = false })
 	// staleRecord was written before today's window began: the mirror cannot say
@@ -261,9 +263,9 @@ var (
 		// the message: the table's policies allow asking of the day.
 		{Name: "X-Codex-Promo-Message", Value: `You may ask for more: POST /v1/gateway/usage-limit-reset-requests with your API key and {"bucketId":"` +
 			window.BucketID(orgID, memberID, window.Day, time.Date(2026, 9, 16, 5, 0, 0, 0, time.UTC)) + `","reason":"<why>"} for the day`},
-		// The day spent, for Codex, which shows it so: blockedRecord's 150 of 100 (the
+		// The day spent, for Codex, which shows it so: blockedRecord's 120 of 100 (the
 		// day's window ends at 05:00 UTC on the 17th).
-		{Name: "X-Codex-Primary-Used-Percent", Value: "150.0"}, {Name: "X-Codex-Primary-Window-Minutes", Value: "1440"},
+		{Name: "X-Codex-Primary-Used-Percent", Value: "120.0"}, {Name: "X-Codex-Primary-Window-Minutes", Value: "1440"},
 		{Name: "X-Codex-Primary-Reset-At", Value: "1789621200"}}
 	headersReserved = []gate.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "Cache-Control", Value: "no-store"},
 		{Name: "X-Service-Error-Code", Value: "service_gateway_in_flight_reserved"},
