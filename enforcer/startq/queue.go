@@ -351,6 +351,12 @@ func (q *Queue) release() {
 
 func (q *Queue) deliver(w *waiter, o outcome) (Result, *settleq.Reservation, error) {
 	q.m.StartWait.Observe(time.Since(w.queued).Seconds())
+	if o.err != nil {
+		// Its Start call failed (controlplane), or Run refused it still queued (closed):
+		// counted here, where its caller learns it, once, as the queue's own refusals
+		// are counted where they are made. A caller that left first was counted then.
+		q.m.StartQueueRejections.WithLabelValues(Reason(o.err)).Inc()
+	}
 	if o.err != nil || !o.r.Admitted() {
 		w.res.Release()
 		return o.r, nil, o.err

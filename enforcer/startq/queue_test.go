@@ -699,3 +699,79 @@ func TestWithdrawableStartLeavesOnlyWhileQueued(t *testing.T) {
 		})
 	}
 }
+
+// A start whose Start call fails (the control plane unreachable, or answering
+// Unavailable while Postgres is down) was not recorded as far as its check knows, and is
+// counted tollgate_enforcer_start_queue_rejections_total{reason="controlplane"} once:
+// sent by its own caller, and sent by a worker in a batch with others (each counted).
+// Until 2026-12-07 that reason was created at start and named in the help, and never
+// counted: an SRE paged by TollgateAccountingUnavailable, told to read the rejections by
+// reason, saw none while every start failed. A start still queued when the queue closes
+// is counted closed, once, as one refused at submission is.
+func TestFailedStartCallsAreCountedOnce(t *testing.T) {
+	rejected := func(f *fixture, reason string) float64 {
+		return testCounter(f.m.StartQueueRejections.WithLabelValues(reason))
+	}
+	t.Run("sent by its caller", func(t *testing.T) {
+		f := newFixture(t, Config{Workers: 1, Deadline: 5 * time.Second}, 10, &starter{err: errors.New("control plane down")})
+		if _, _, err := f.q.Submit(context.Background(), item("a", "m")); err == nil || Reason(err) != "controlplane" {
+			t.Fatalf("err %v", err)
+		}
+		if got := rejected(f, "controlplane"); got != 1 {
+			t.Fatalf("rejections{reason=controlplane} = %v, want 1", got)
+		}
+	})
+	t.Run("sent by a worker", func(t *testing.T) {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16), err: errors.New("control plane down")}
+		f := newFixture(t, Config{Workers: 1, MaxBatch: 64, Deadline: 5 * time.Second}, 100, st)
+		blocked := make(chan struct{})
+		go func() { f.q.Submit(context.Background(), item("blocker", "b")); close(blocked) }()
+		<-st.entered
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				if _, _, err := f.q.Submit(context.Background(), item(fmt.Sprint("q", i), "m")); Reason(err) != "controlplane" {
+					t.Errorf("err %v", err)
+				}
+			})
+		}
+		waitDepth(t, f.q, 3)
+		close(st.gate)
+		<-blocked
+		wg.Wait()
+		if got := rejected(f, "controlplane"); got != 4 {
+			t.Fatalf("rejections{reason=controlplane} = %v, want 4 (the blocker's own call and the batch of 3)", got)
+		}
+		for _, r := range []string{"deadline", "cancelled", "closed"} {
+			if got := rejected(f, r); got != 0 {
+				t.Fatalf("rejections{reason=%s} = %v, want 0", r, got)
+			}
+		}
+	})
+	t.Run("queued when the queue closes", func(t *testing.T) {
+		st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+		m := metrics.Discard()
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		q := New(st, settleq.New(settler{}, settleq.Config{Capacity: 10}, m, log), Config{Workers: 1, Deadline: 5 * time.Second}, nil, m, log)
+		ctx, stop := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() { q.Run(ctx); close(ran) }()
+		for !q.isRunning() {
+			time.Sleep(time.Millisecond)
+		}
+		go q.Submit(context.Background(), item("own", "m"))
+		<-st.entered
+		refused := make(chan error, 1)
+		go func() { _, _, err := q.Submit(context.Background(), item("queued", "m")); refused <- err }()
+		waitDepth(t, q, 1)
+		stop()
+		if err := <-refused; !errors.Is(err, ErrClosed) {
+			t.Fatalf("err %v", err)
+		}
+		close(st.gate)
+		<-ran
+		if got := testCounter(m.StartQueueRejections.WithLabelValues("closed")); got != 1 {
+			t.Fatalf("rejections{reason=closed} = %v, want 1", got)
+		}
+	})
+}
