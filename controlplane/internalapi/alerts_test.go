@@ -160,3 +160,42 @@ func TestUnknownCostsFireTollgateCostsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisDataLossFiresTollgateRedisGenerationLost: Redis loses its data (a restart
+// without persistence, a FLUSHALL, a failover to an empty replica) and a control plane's
+// maintenance round finds the generation gone, claims a new one and rebuilds the mirror
+// (tollgate_controlplane_mirror_resyncs_total{kind="generation"}). The alert read only
+// the enforcers' count of a generation found missing, which an enforcer makes only if
+// its own poll (every second) comes before the control planes' rounds (every 5 s each):
+// when a round comes first, every enforcer sees a changed generation, never a missing
+// one, and counts nothing (about one loss in ten with one enforcer and one control
+// plane, as deploy/compose runs). Until 2026-12-07 such a loss fired nothing. An
+// operator's own `controlplane resync` (kind forced) does not fire it.
+func TestRedisDataLossFiresTollgateRedisGenerationLost(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		induce func(e *at.Env) error
+		fires  bool
+	}{
+		{"the generation lost", func(e *at.Env) error {
+			if err := e.Redis.Del(ctx, e.Layout.GenerationKey()).Err(); err != nil {
+				return err
+			}
+			return e.Mirror.Check(ctx)
+		}, true},
+		{"a forced resync", func(e *at.Env) error { return e.Mirror.Resync(ctx) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := at.New(t, at.Options{})
+			before := alerttest.Scrape(t, e.Registry, "controlplane")
+			if err := tc.induce(e); err != nil {
+				t.Fatal(err)
+			}
+			after := alerttest.Scrape(t, e.Registry, "controlplane")
+			if firing := alerttest.Firing(t, before, after); slices.Contains(firing, "TollgateRedisGenerationLost") != tc.fires {
+				t.Fatalf("%s every minute for 90 minutes: TollgateRedisGenerationLost firing %v, want %v (firing: %v)\nmoved:\n%s",
+					tc.name, !tc.fires, tc.fires, firing, strings.Join(alerttest.Moved(before, after), "\n"))
+			}
+		})
+	}
+}
