@@ -57,6 +57,11 @@ type Metrics struct {
 	// TollgateSettleCapacityLow compares depth plus reserved to it, before any start is
 	// refused for settle_capacity.
 	SettleCapacity prometheus.Gauge
+	// SettleOutsideCapacity is how many of the queued settlements (SettleQueueDepth) are
+	// outside the capacity: replayed from the spool at start, sent again after a rebuild
+	// of the mirror, or kept by the spool when the capacity was used up. A start never
+	// waits for their slots, so TollgateSettleCapacityLow leaves them out.
+	SettleOutsideCapacity prometheus.Gauge
 	// SettleSpoolBytes is the size of the settlement spool on disk (package spool);
 	// SettleSpoolDropped counts settlements queued without being spooled, by reason
 	// (full, error): lost if the process then crashes before sending them.
@@ -358,6 +363,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_enforcer_settle_capacity",
 			Help: "Capacity of the settle queue: settlements queued plus reserved (TOLLGATE_ENFORCER_SETTLE_CAPACITY). A start that finds it used up is refused (start_queue_settle_capacity).",
 		}),
+		SettleOutsideCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_enforcer_settle_outside_capacity",
+			Help: "Settlements of tollgate_enforcer_settle_queue_depth outside the settle capacity: replayed from the spool at start, sent again after a rebuild of the mirror, or kept by the spool when the capacity was used up (its size bounds them). They take no start's slot: the capacity used is depth minus these, plus reserved.",
+		}),
 		MemberCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_member_capacity",
 			Help: "Most entries each of the caches of what the enforcer keeps per member holds (TOLLGATE_ENFORCER_MEMBER_CAPACITY): credentials' identities, members' last-read usage records, members' kept 429s.",
@@ -460,7 +469,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.IdentityCache, m.IdentityRefreshes, m.RecordReads, m.BlockedCacheHits, m.TrailingRequests, m.SpeculativeStarts, m.RedisDuration, m.RedisErrors,
 		m.RedisGenerationLost, m.ControlPlaneDuration, m.ControlPlaneErrors, m.StartQueueDepth, m.StartQueueRejections,
 		m.StartBatchSize, m.StartWait, m.SettleQueueDepth, m.SettleOldestAge, m.SettleReserved, m.Settlements, m.SettledCostBasis, m.SettleRetries, m.SettlementLag,
-		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
+		m.InflightRequests, m.InflightEvicted, m.SettleCapacity, m.SettleOutsideCapacity, m.SettleSpoolBytes, m.SettleSpoolDropped, m.SettleSpoolReplayed,
 		m.SettleAnsweredKept, m.SettleSentAgain, m.MirrorRebuilds,
 		m.ExtProcStreams, m.ExtProcRequestBodies, m.StreamOptionsRefusals, m.StreamOptionsShareErrors, m.InvalidationsReceived, m.GatewayRequests, m.GatewayUpstreamResponses, m.GatewayActive, m.GatewayFirstByte, m.GatewayTLSExpiry, m.ControlPlaneTLSExpiry, m.ControlPlaneCAExpiry,
 		m.RequestDecodes, m.Reservations, m.ContainerCharges, m.MemberCapacity, m.MemberCacheEntries, m.MemberCacheEvictions)

@@ -141,6 +141,7 @@ func (q *Queue) SendAnsweredAgain() int {
 		q.replayed++
 	}
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.m.SettleOutsideCapacity.Set(float64(q.replayed))
 	q.mu.Unlock()
 	q.log.Info("the mirror was rebuilt: settlements answered in the last window are sent again, in case Postgres lost them (a failover's lost tail, a restore)",
 		"count", len(entries), "window", q.cfg.ResendWindow.String())

@@ -238,6 +238,7 @@ func (q *Queue) UseSpool(sp *spool.Spool, pending []spool.Pending) {
 		q.replayed++
 	}
 	q.m.SettleQueueDepth.Set(float64(q.lenLocked()))
+	q.m.SettleOutsideCapacity.Set(float64(q.replayed))
 	q.mu.Unlock()
 	if len(pending) > 0 {
 		q.log.Info("settlements left unanswered by the previous process are sent again", "count", len(pending))
@@ -321,6 +322,7 @@ func (q *Queue) enqueue(item *internalv1.SettleItem, res *Reservation, done func
 		// 2026-12-03 it was given up here (SETTLEMENT LOST) while the disk had room.
 		e.replayed = true
 		q.replayed++
+		q.m.SettleOutsideCapacity.Set(float64(q.replayed))
 		q.overSpooled.Log(q.log, slog.LevelWarn, "settle queue full: a settlement without a reservation is kept in the spool, outside the capacity",
 			"request_id", item.GetRequestId(), "capacity", q.cfg.Capacity)
 	} else if q.usedLocked() >= q.cfg.Capacity {
@@ -669,6 +671,7 @@ func (q *Queue) doneLocked(e *entry) {
 	q.unlinkLocked(e)
 	if e.replayed {
 		q.replayed--
+		q.m.SettleOutsideCapacity.Set(float64(q.replayed))
 	}
 }
 
