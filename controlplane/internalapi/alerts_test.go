@@ -199,3 +199,54 @@ func TestRedisDataLossFiresTollgateRedisGenerationLost(t *testing.T) {
 		})
 	}
 }
+
+// TestProviderErrorsDoNotFireTollgateCostsUnknown: an upstream's error answer (a 429 of a
+// provider's rate limit, a 401 of a revoked route key, a 5xx) that reported no usage and
+// carried no text generated nothing, and is charged nothing: a known 0, receipted with
+// nothing to price (cost_source unknown). TollgateCostsUnknown watches for the enforcer
+// no longer reading a provider's usage; until 2026-12-07 it counted those answers as
+// guesses, so a provider refusing a third of the requests for half an hour fired it, its
+// text sending the SRE to look for a changed response format. Those answers are now
+// left out of both sides of its ratio: beside them, answers charged on estimates still
+// fire it.
+func TestProviderErrorsDoNotFireTollgateCostsUnknown(t *testing.T) {
+	refused := func(status int32) func() *internalv1.SettleItem {
+		return func() *internalv1.SettleItem {
+			return &internalv1.SettleItem{Model: "gpt-4o-mini", UpstreamStatus: status, Complete: true}
+		}
+	}
+	estimated := func() *internalv1.SettleItem {
+		return &internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1000, OutputTokens: 100, UsageEstimated: true}
+	}
+	for _, tc := range []struct {
+		name  string
+		items []func() *internalv1.SettleItem
+		fires bool
+	}{
+		{"rate limited", []func() *internalv1.SettleItem{refused(429)}, false},
+		{"a route's key revoked", []func() *internalv1.SettleItem{refused(401)}, false},
+		{"the provider failing", []func() *internalv1.SettleItem{refused(503)}, false},
+		{"rate limited beside estimates", []func() *internalv1.SettleItem{refused(429), refused(429), refused(429), estimated}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := at.New(t, at.Options{})
+			org, ms := e.Org(t, 1)
+			before := alerttest.Scrape(t, e.Registry, "controlplane")
+			for _, item := range tc.items {
+				it := item()
+				it.RequestId, it.OrganizationId, it.MemberId = at.ReqID(), org, ms[0]
+				it.Snapshot = at.Snapshot(org, ms[0], e.Clock.Now(), 0)
+				res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{it})
+				if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+					t.Fatalf("settle: %v %v", res, err)
+				}
+			}
+			after := alerttest.Scrape(t, e.Registry, "controlplane")
+			firing := alerttest.Firing(t, before, after)
+			if slices.Contains(firing, "TollgateCostsUnknown") != tc.fires {
+				t.Fatalf("every minute for 90 minutes %s: TollgateCostsUnknown firing %v, want %v (firing: %v)\nmoved:\n%s",
+					tc.name, !tc.fires, tc.fires, firing, strings.Join(alerttest.Moved(before, after), "\n"))
+			}
+		})
+	}
+}

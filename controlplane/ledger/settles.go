@@ -348,6 +348,11 @@ func (l *Ledger) settleKind() batchKind[*settleJob, *internalv1.SettleResult] {
 			l.metrics.Receipts.WithLabelValues(r.GetCostBasis(), ps).Inc()
 			if cs := r.GetCostSource(); cs == accounting.SourceFallback || cs == accounting.SourceUnknown {
 				l.metrics.Unpriced.WithLabelValues(cs).Inc()
+				if cs == accounting.SourceUnknown && j.in.GetUpstreamStatus() >= 300 {
+					// An error answer that reported nothing: it generated nothing (the
+					// enforcer charges it no estimate), a known 0.
+					l.metrics.ErrorAnswers.Inc()
+				}
 			}
 			if strings.Contains(r.GetMessage(), costCappedNote) {
 				l.metrics.Adjusted.WithLabelValues("cost_capped").Inc()

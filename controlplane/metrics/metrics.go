@@ -71,6 +71,11 @@ type Metrics struct {
 	// fallback (tokens of a model nobody priced, charged at the fallback price) or unknown
 	// (nothing to price). The alert TollgateUnpricedModels watches fallback.
 	Unpriced *prometheus.CounterVec
+	// ErrorAnswers counts the unpriced receipts of cost_source unknown whose upstream
+	// answered an error or a redirect (status 300 and above) and generated nothing: a
+	// known 0 (a provider's 429, a rejected key's 401, a 5xx), not a guess. The alert
+	// TollgateCostsUnknown leaves them out.
+	ErrorAnswers prometheus.Counter
 	// Adjusted counts settlements whose values were cleaned or bounded before they were
 	// stored, by adjustment: model_cleaned (control characters, invalid UTF-8, length),
 	// usage_bounded (a token count or upstream cost out of range), cost_capped (a priced
@@ -164,6 +169,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		Unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_unpriced_settlements_total",
 			Help: "Unpriced receipts written by settlements, by cost source (fallback: charged at the fallback price; unknown: nothing to price)."},
 			[]string{"cost_source"}),
+		ErrorAnswers: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_error_answer_receipts_total",
+			Help: "Receipts of upstream error answers (status 300 and above: a rate limit's 429, a rejected key's 401, a 5xx) that generated nothing, charged 0; counted in unpriced_settlements_total{cost_source=\"unknown\"} too."}),
 		Adjusted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_accounting_adjusted_settlements_total",
 			Help: "Settlements whose values were cleaned or bounded before they were stored, by adjustment."}, []string{"adjustment"}),
 		RetentionRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_controlplane_retention_runs_total",
@@ -208,7 +215,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			restDB(func(s PoolShare) float64 { return s.Waited.Seconds() })),
 	)
 	reg.MustRegister(m.HTTPRequests, m.HTTPDuration, m.Settlements, m.Starts, m.StartBatches, m.BatchSize, m.BatchDuration,
-		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.Adjusted, pending,
+		m.StoreErrors, m.MirrorWrites, m.Resyncs, m.RPCs, m.Receipts, m.Unpriced, m.ErrorAnswers, m.Adjusted, pending,
 		m.RetentionRuns, m.RetentionRemoved, m.Reconciliations, m.QuarantineApplied, m.GRPCTLSExpiry, m.GRPCClientCAExpiry)
 
 	precreate(m.Settlements, settleResults)
