@@ -360,3 +360,41 @@ func TestSettlementsLostCountsAnUnreadableSpool(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayUpstreamFailingCountsWhatReachedTheProvider runs TollgateGatewayUpstreamFailing
+// through `promtool test rules`: its share is of the requests that went to the provider
+// (proxied, upstream_error, upstream_timeout), not of every request the gateway answered.
+// enf-1 serves a browser app, a CORS preflight (answered by the gateway) before each
+// request, and its provider fails 8% of them with a 5xx; enf-2's members are mostly
+// blocked, their clients retrying the 429s (20 refusals a request), and its provider
+// does not answer 1 in 10 (502); enf-3's provider fails 3% (under the 5%). Until
+// 2026-12-07 the preflights and refusals divided the share: enf-1 read 4% and enf-2
+// under 1%, and neither fired.
+func TestGatewayUpstreamFailingCountsWhatReachedTheProvider(t *testing.T) {
+	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateGatewayUpstreamFailing" })
+	if len(rules) != 1 {
+		t.Fatal("no TollgateGatewayUpstreamFailing")
+	}
+	requests := func(instance, outcome, values string) map[string]string {
+		return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
+			"values": values}
+	}
+	answers := func(instance, code, values string) map[string]string {
+		return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
+			"values": values}
+	}
+	promtoolTest(t, rules, "1m", []any{
+		requests("enf-1", "preflight", "0+600x30"), requests("enf-1", "proxied", "0+600x30"),
+		requests("enf-1", "upstream_error", "0x30"), requests("enf-1", "upstream_timeout", "0x30"),
+		answers("enf-1", "2xx", "0+552x30"), answers("enf-1", "503", "0+48x30"),
+		requests("enf-2", "refused", "0+1200x30"), requests("enf-2", "proxied", "0+54x30"),
+		requests("enf-2", "upstream_error", "0+6x30"), requests("enf-2", "upstream_timeout", "0x30"),
+		answers("enf-2", "2xx", "0+54x30"), answers("enf-2", "503", "0x30"),
+		requests("enf-3", "proxied", "0+600x30"), requests("enf-3", "upstream_error", "0x30"),
+		requests("enf-3", "upstream_timeout", "0x30"),
+		answers("enf-3", "2xx", "0+582x30"), answers("enf-3", "500", "0+18x30"),
+	}, []any{
+		firing("8m", "TollgateGatewayUpstreamFailing", "warning"), // pending: for 10m
+		firing("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-2"),
+	}, "TollgateGatewayUpstreamFailing")
+}
