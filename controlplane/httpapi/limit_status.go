@@ -167,7 +167,13 @@ func statusView(mu store.MemberUsage, tr *limits.Tracking, reserved []int64, now
 		if err != nil {
 			return v, err
 		}
-		bv.ReservedMicroUsd = reserved[i]
+		// The bucket shows the reservations only where its winner's guard reserves: only
+		// there does the guard weigh them against its allowance (accounting.CheckGuard,
+		// which refuses at a hard one). Elsewhere they are another window's, and no
+		// request is refused for them here; the window view still shows them.
+		if b.Winner.Policy.Guard.ReserveInFlight {
+			bv.ReservedMicroUsd = reserved[i]
+		}
 		v.Buckets = append(v.Buckets, bv)
 	}
 	state, err := limits.StateOf(limited)

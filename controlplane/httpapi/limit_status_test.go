@@ -313,3 +313,60 @@ func TestUsageStatusAfterGuardRefusal(t *testing.T) {
 		t.Fatalf("status after the guard's refusal: %+v", s)
 	}
 }
+
+// TestUsageStatusReservedOnlyWhereTheWinnerReserves: a bucket shows the reservations in
+// flight only where its winning policy's in-flight guard reserves, since only there does
+// the guard count them against the allowance. A month won by a policy without a guard
+// showed the day policy's reservations (40,000 used and 10,000 reserved of 50,000), which
+// reads as a month at its limit, while the guard admitted the next request. The window
+// view still shows every reservation admitted in the window.
+func TestUsageStatusReservedOnlyWhereTheWinnerReserves(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	alice := e.AddMember(t, owner, "alice", "member")
+	day := dayPolicy(t, e, owner, "Daily", "0.05", map[string]any{"inFlight": map[string]any{"reserve": true, "reservationCostUsd": "0.01"}})
+	month := createPolicy(t, e, owner, map[string]any{"name": "Monthly", "limits": []map[string]any{{"timeframe": "month", "costUsd": "0.05"}}})
+	assign(t, e, owner, day.ID, map[string]any{"memberId": alice.MemberID})
+	assign(t, e, owner, month.ID, map[string]any{"memberId": alice.MemberID})
+	setUsed(t, e, alice, window.Day, 10_000)
+	setUsed(t, e, alice, window.Month, 40_000)
+	l := ledgerFor(t, e)
+	start := func(version int64) internalv1.StartOutcome {
+		t.Helper()
+		it := at.StartItem(at.ReqID(), alice.OrgID, alice.MemberID, e.Clock.Now(), version)
+		d, m := it.Snapshot.Buckets[0], it.Snapshot.Buckets[2]
+		d.PolicyId, d.PolicyRevision, d.BaseMicroUsd, d.HardLimit, d.ReserveInFlight = day.ID, day.Revision, 50_000, true, true
+		m.PolicyId, m.PolicyRevision, m.BaseMicroUsd, m.HardLimit = month.ID, month.Revision, 50_000, true
+		it.ReservationMicroUsd = 10_000
+		res, err := l.Start(context.Background(), []*internalv1.StartItem{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Outcome
+	}
+	if o := start(0); o != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("start %v", o)
+	}
+	s := getStatus(t, e, alice)
+	if r := s.Buckets[s.bucketOf(t, "day")].ReservedMicroUsd; r != 10_000 {
+		t.Fatalf("day bucket reserved %d, want 10000 (its policy reserves)", r)
+	}
+	if r := s.Buckets[s.bucketOf(t, "month")].ReservedMicroUsd; r != 0 {
+		t.Fatalf("month bucket reserved %d, want 0 (its policy has no guard; the guard does not count it there)", r)
+	}
+	var raw struct {
+		Windows []struct {
+			ReservedMicroUsd int64 `json:"reservedMicroUsd"`
+		} `json:"windows"`
+	}
+	e.Do(t, "GET", mePath, nil, alice.As()...).Expect(t, http.StatusOK).Decode(t, &raw)
+	if raw.Windows[2].ReservedMicroUsd != 10_000 {
+		t.Fatalf("month window reserved %d, want 10000 (every reservation admitted in it)", raw.Windows[2].ReservedMicroUsd)
+	}
+	// The guard agrees: the month (40,000 used, 10,000 reserved, of 50,000) does not
+	// refuse the next start; the day (10,000 used, 10,000 reserved) does not either.
+	if o := start(1); o != internalv1.StartOutcome_START_OUTCOME_RECORDED {
+		t.Fatalf("second start %v, want recorded", o)
+	}
+}
