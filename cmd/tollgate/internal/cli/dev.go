@@ -76,6 +76,9 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 		if c.NoProxy {
 			listened = slices.DeleteFunc(slices.Clone(addrs), func(a devAddr) bool { return a.value == &c.UpstreamAddr || a.value == &c.ProxyAddr })
 		}
+		if err := malformedAddr(listened); err != nil {
+			return err
+		}
 		if err := sharedAddr(listened); err != nil {
 			return err
 		}
@@ -457,6 +460,20 @@ func devSpoolDir(getenv func(string) string) string {
 type devAddr struct {
 	flag, env, def, usage string
 	value                 *string
+}
+
+// malformedAddr is an error naming the first of the stack's addresses that is not
+// host:port, with its flag and variable. Without it the program that listens on it found
+// it: the proxy's address is the enforcer's TOLLGATE_GATEWAY_ADDR, so a mistyped
+// --proxy-addr was refused as a variable the user never set, after the control plane
+// had started, and as a failure (exit 1) rather than a command line refused.
+func malformedAddr(addrs []devAddr) error {
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(*a.value); err != nil {
+			return usagef("--%s (%s) is %q, not host:port; want e.g. %s", a.flag, a.env, oneLine(*a.value, 80), a.def)
+		}
+	}
+	return nil
 }
 
 // sharedAddr is an error naming two of the stack's addresses that are one port (a

@@ -353,6 +353,45 @@ func TestDevRefusesOnePortForTwoAddresses(t *testing.T) {
 	}
 }
 
+// An address of the stack that is not host:port is refused before anything starts, as a
+// command line (exit 2), naming the flag and the variable the user set. Before, the
+// proxy's address reached the enforcer as TOLLGATE_GATEWAY_ADDR and was refused under
+// that name, a variable the user never set, after the control plane had started (exit 1).
+func TestDevRefusesAMalformedAddress(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{args: []string{"--proxy-addr", "nonsense"}, want: `--proxy-addr (TOLLGATE_DEMO_PROXY_ADDR) is "nonsense"`},
+		{env: map[string]string{"TOLLGATE_DEMO_UPSTREAM_ADDR": "127.0.0.1"}, want: `--upstream-addr (TOLLGATE_DEMO_UPSTREAM_ADDR) is "127.0.0.1"`},
+		{env: map[string]string{"TOLLGATE_HTTP_ADDR": "8080"}, want: `--http-addr (TOLLGATE_HTTP_ADDR) is "8080"`},
+	} {
+		// A context already done and nothing at the database's and Redis's addresses: a
+		// stack let through stops at once, with another error.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		nowhere := testio.FreeAddr(t)
+		getenv := func(k string) string {
+			switch k {
+			case "TOLLGATE_DATABASE_URL":
+				return "postgres://postgres@" + nowhere + "/none?connect_timeout=1"
+			case "TOLLGATE_REDIS_URL":
+				return "redis://" + nowhere
+			}
+			return tc.env[k]
+		}
+		err := Run(ctx, append([]string{"dev"}, tc.args...), getenv, IO{Stdout: io.Discard, Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not host:port") {
+			t.Errorf("tollgate dev %v with %v: %v; want it refused, naming %s", tc.args, tc.env, err, tc.want)
+			continue
+		}
+		if ExitCode(err) != ExitUsage {
+			t.Errorf("exit code %d, want %d (a usage error): %v", ExitCode(err), ExitUsage, err)
+		}
+	}
+}
+
 // `tollgate dev --forward-auth` with Caddy installed but its Caddyfile not found (the
 // command run outside the repository's root, whose deploy/caddy/Caddyfile the default
 // names, or a mistyped --caddyfile) falls back to the built-in proxy and says why:
