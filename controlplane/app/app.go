@@ -52,6 +52,10 @@ type IO struct {
 	// Program is the command a subcommand's -h names in its usage line ("Usage: tollgate
 	// migrate [flags]" when the tollgate CLI runs it); "controlplane" when empty.
 	Program string
+	// QuietUsage leaves out the usage a refused flag prints (its -h still prints): the
+	// caller says the error on one line itself (the tollgate CLI, whose errors are one
+	// line each), and 25 lines of usage with the error before and after them buried it.
+	QuietUsage bool
 	// Environ lists the environment (os.Environ) so that a TOLLGATE_* variable the
 	// control plane does not read, a typo most likely, is named in a warning at start.
 	// Nil checks nothing: the tollgate CLI, which runs the control plane in its own

@@ -206,6 +206,9 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 	e := envflag.New(getenv)
 	env, durationEnv, intEnv, boolEnv := e.String, e.Duration, e.Int, e.Bool
 	out := envflag.HelpOutput(args, stdio.Stdout, stdio.Stderr)
+	if stdio.QuietUsage {
+		out = envflag.HelpOutput(args, stdio.Stdout, io.Discard)
+	}
 	fs := flag.NewFlagSet(stdio.program()+" "+name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {

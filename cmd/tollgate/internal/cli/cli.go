@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
 )
@@ -47,6 +48,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	// goes to standard output when it is asked for, as the CLI's own commands' does.
 	cp := stdio
 	cp.Program = "tollgate"
+	cp.QuietUsage = true // a refused flag is said on one line, as every command's
 	if wantsHelp(rest) {
 		cp.Stderr = stdio.Stdout
 	}
@@ -87,7 +89,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 // wrong type, a configuration their validation refuses, stray arguments included).
 func controlPlaneUsage(err error) error {
 	if ce := (app.ConfigError{}); errors.As(err, &ce) {
-		return usageError{err.Error()}
+		// The control plane lists its problems one a line ("invalid configuration:\n
+		// X\n  Y"); the CLI's errors are one line each.
+		msg := strings.ReplaceAll(err.Error(), ":\n  ", ": ")
+		return usageError{strings.ReplaceAll(msg, "\n  ", "; ")}
 	}
 	return err
 }

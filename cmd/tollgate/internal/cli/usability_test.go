@@ -273,9 +273,14 @@ func TestControlPlaneCommandsExitLikeTheOthers(t *testing.T) {
 		{"migrate", "extra"}, {"migrate", "--bogus"}, {"migrate", "--to", "x"}, {"retention", "--apply=maybe"},
 		{"resync", "--redis-url", "bogus"}, {"retention", "--retention-age", "1h"},
 	} {
-		_, _, line, code := runCLI(context.Background(), env, "", args...)
+		_, stderr, line, code := runCLI(context.Background(), env, "", args...)
 		if code != ExitUsage {
 			t.Errorf("%v: exit %d (%q), want %d", args, code, line, ExitUsage)
+		}
+		// One line, as every command's refusal: not the control plane's list of problems
+		// one a line, nor its usage (25 lines, the error before and after them).
+		if strings.Contains(line, "\n") || stderr != "" {
+			t.Errorf("%v: the refusal is not one line: %q, and on stderr before it:\n%s", args, line, stderr)
 		}
 	}
 	// A database that cannot be reached is a failure, not a usage error.
