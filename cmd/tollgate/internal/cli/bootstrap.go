@@ -88,8 +88,9 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 		if token, err = signIn(); err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
-				return fmt.Errorf("%s is a platform administrator already and this password does not sign in as them; nothing was changed "+
-					"(to reset it, which ends their sessions and revokes their API keys: controlplane bootstrap-admin --email %s)", normalized, normalized)
+				return fmt.Errorf("%s is a platform administrator already and this password does not sign in as them at %s; nothing was changed "+
+					"(to reset it, which ends their sessions and revokes their API keys: controlplane bootstrap-admin --email %s; "+
+					"or that control plane serves another database than TOLLGATE_DATABASE_URL)", normalized, c.base, normalized)
 			}
 			return err
 		}
@@ -108,6 +109,15 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", c.base)
 		if token, err = signIn(); err != nil {
+			// The administrator was just written to the database: a control plane that
+			// does not know them serves another one (--api and TOLLGATE_DATABASE_URL name
+			// two installations), not a wrong email or password.
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+				return fmt.Errorf("the control plane at %s does not know the administrator just created in TOLLGATE_DATABASE_URL (--database-url): "+
+					"it serves another database; point --api (TOLLGATE_API_URL) and TOLLGATE_DATABASE_URL at one installation "+
+					"(%s stays an administrator of the database named)", c.base, normalized)
+			}
 			return fmt.Errorf("sign in: %w", err)
 		}
 	}

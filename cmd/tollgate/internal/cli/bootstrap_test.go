@@ -119,3 +119,24 @@ func TestBootstrapTwiceKeepsTheFirstKeyAndOrganization(t *testing.T) {
 		unchanged(t, tc.name)
 	}
 }
+
+// bootstrap with TOLLGATE_DATABASE_URL and --api naming two installations (a local
+// database left in the environment beside a port-forwarded control plane, say) writes
+// the administrator to one and signs in at the other. It says so. Before, it said
+// "unauthorized ...; check the email and the password", which were right, and run again
+// it said the password does not sign in, sending the operator to reset it.
+func TestBootstrapSaysTheAPIServesAnotherDatabase(t *testing.T) {
+	here, there := apitest.New(t), apitest.New(t)
+	var dbName string
+	if err := here.Store.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TOLLGATE_DATABASE_URL": storetest.URLFor(dbName), "TOLLGATE_API_URL": there.URL}
+	for _, run := range []string{"first run", "second run"} {
+		_, _, line, code := runCLI(context.Background(), env, "a long admin password\n",
+			"bootstrap", "--email", "ops@example.test", "--organization", "Acme")
+		if code != ExitFailure || !strings.Contains(line, "another database") || !strings.Contains(line, there.URL) {
+			t.Errorf("%s: exit %d, %q; want it to say that the control plane at %s serves another database", run, code, line, there.URL)
+		}
+	}
+}
