@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/internaltoken"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
@@ -102,6 +103,11 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 		return err
 	}
 	defer rdb.Close()
+	// Redis first, named: the rebuild's own error would be a bare "dial tcp ...:
+	// connection refused", which says neither which server nor which setting.
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("resync: cannot reach Redis (TOLLGATE_REDIS_URL, --redis-url): %s; nothing was rebuilt", redact.Reason(cfg.Redis.URL, err))
+	}
 	w := newMirrorWriter(cfg, st, rdb, log, metrics.Discard())
 	if err := w.Resync(ctx); err != nil {
 		return fmt.Errorf("resync: %w", err)

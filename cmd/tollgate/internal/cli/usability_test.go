@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/controlplane/ledger"
 	"github.com/tollgate-dev/tollgate/internal/apitest"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -286,5 +287,22 @@ func TestControlPlaneCommandsExitLikeTheOthers(t *testing.T) {
 	// A database that cannot be reached is a failure, not a usage error.
 	if _, _, line, code := runCLI(context.Background(), env, "", "migrate"); code != ExitFailure {
 		t.Errorf("migrate against no database: exit %d (%q), want %d", code, line, ExitFailure)
+	}
+}
+
+// tollgate resync against a Redis that does not answer names Redis and its setting.
+// Before, it said "resync: dial tcp ...: connect: connection refused", which names
+// neither, beside a database that is reached the same way.
+func TestResyncNamesAnUnreachableRedis(t *testing.T) {
+	e := apitest.New(t)
+	var dbName string
+	if err := e.Store.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TOLLGATE_DATABASE_URL": storetest.URLFor(dbName), "TOLLGATE_REDIS_URL": "redis://" + testio.FreeAddr(t) + "/0",
+		"TOLLGATE_REDIS_PREFIX": "tg-resync-unreachable:"}
+	_, _, line, code := runCLI(context.Background(), env, "", "resync")
+	if code != ExitFailure || !strings.Contains(line, "cannot reach Redis") || !strings.Contains(line, "TOLLGATE_REDIS_URL") {
+		t.Errorf("exit %d, %q; want a failure that names Redis and TOLLGATE_REDIS_URL", code, line)
 	}
 }
