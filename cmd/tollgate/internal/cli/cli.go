@@ -81,18 +81,46 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdio I
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
+	if err != nil && cmd != "dev" {
+		// Errors of the database's client span lines (pgx lists each host it tried on
+		// one of its own), and the control plane lists its configuration's problems one a
+		// line ("invalid configuration:\n  X\n  Y"); an operator's command says its
+		// error on one line.
+		return oneLineError{err}
+	}
 	return err
 }
+
+// oneLineError is an error said on one line: each of its lines, trimmed, after the one
+// before (after ": " when that one ends with a colon, else after "; ").
+type oneLineError struct{ err error }
+
+func (e oneLineError) Error() string {
+	var b strings.Builder
+	for _, l := range strings.Split(e.err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		switch s := b.String(); {
+		case s == "":
+		case strings.HasSuffix(s, ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+func (e oneLineError) Unwrap() error { return e.err }
 
 // controlPlaneUsage makes a usage error (exit 2) of what the control plane's subcommands
 // refuse before doing anything (app.ConfigError: a flag they do not have, a value of the
 // wrong type, a configuration their validation refuses, stray arguments included).
 func controlPlaneUsage(err error) error {
 	if ce := (app.ConfigError{}); errors.As(err, &ce) {
-		// The control plane lists its problems one a line ("invalid configuration:\n
-		// X\n  Y"); the CLI's errors are one line each.
-		msg := strings.ReplaceAll(err.Error(), ":\n  ", ": ")
-		return usageError{strings.ReplaceAll(msg, "\n  ", "; ")}
+		return usageError{err.Error()} // said on one line by Run, as every error
 	}
 	return err
 }

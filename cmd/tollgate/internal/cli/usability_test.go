@@ -285,8 +285,12 @@ func TestControlPlaneCommandsExitLikeTheOthers(t *testing.T) {
 		}
 	}
 	// A database that cannot be reached is a failure, not a usage error.
-	if _, _, line, code := runCLI(context.Background(), env, "", "migrate"); code != ExitFailure {
-		t.Errorf("migrate against no database: exit %d (%q), want %d", code, line, ExitFailure)
+	// And said on one line, as the others' failures: pgx lists each host it tried on a
+	// line of its own.
+	for _, cmd := range []string{"migrate", "retention"} {
+		if _, _, line, code := runCLI(context.Background(), env, "", cmd); code != ExitFailure || strings.Contains(line, "\n") {
+			t.Errorf("%s against no database: exit %d (%q), want %d, on one line", cmd, code, line, ExitFailure)
+		}
 	}
 }
 
