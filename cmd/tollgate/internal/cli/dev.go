@@ -64,7 +64,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 	fs.BoolVar(&c.ForwardAuth, "forward-auth", false, "instead of the gateway, a forward-auth proxy asks the enforcer's /check and the fake upstream reports its usage to /settle")
 	fs.StringVar(&c.Caddyfile, "caddyfile", "deploy/caddy/Caddyfile", "Caddyfile of the forward-auth proxy")
-	fs.StringVar(&c.CaddyBinary, "caddy", "caddy", "Caddy binary of the forward-auth proxy; when not found, a built-in one is used")
+	fs.StringVar(&c.CaddyBinary, "caddy", defaultCaddyBinary, "Caddy binary of the forward-auth proxy; when not found, a built-in one is used")
 	fs.BoolVar(&c.NoProxy, "no-proxy", false, "run only the control plane and the enforcer")
 	fs.BoolVar(&c.Reset, "reset", false, "start from an empty local database and Redis mirror (drops the database of TOLLGATE_DATABASE_URL)")
 	fs.BoolVar(&c.SeedOnly, "seed-only", false, "seed the demo organization against an already running control plane and exit")
@@ -244,6 +244,10 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	}
 }
 
+// defaultCaddyBinary is the Caddy of the forward-auth demo when --caddy names none: the
+// one on PATH.
+const defaultCaddyBinary = "caddy"
+
 // demoProviderAuthorization is the provider credential the demo's gateway sends to the
 // fake upstream (which does not check it): what an operator sets to the real one.
 const demoProviderAuthorization = "Bearer sk-demo-provider"
@@ -260,6 +264,10 @@ func startDemoProxy(ctx context.Context, c devConfig, stdio IO, run func(string,
 	// Why Caddy is not used, when it is not: an installed Caddy whose Caddyfile is not
 	// found (the default is relative to the repository's root) is not a missing Caddy.
 	why := "Caddy is not installed: using the built-in forward-auth proxy (apt-get install caddy for the real one)"
+	if c.CaddyBinary != defaultCaddyBinary {
+		// Named with --caddy: that binary is what was not found, whatever is installed.
+		why = fmt.Sprintf("--caddy %s is not found: using the built-in forward-auth proxy", c.CaddyBinary)
+	}
 	if bin, err := exec.LookPath(c.CaddyBinary); err == nil {
 		if _, statErr := os.Stat(c.Caddyfile); statErr != nil {
 			why = fmt.Sprintf("Caddy is installed (%s), but its Caddyfile %s is not found: using the built-in forward-auth proxy "+

@@ -397,15 +397,25 @@ func TestDevRefusesAMalformedAddress(t *testing.T) {
 // names, or a mistyped --caddyfile) falls back to the built-in proxy and says why:
 // the Caddyfile it looked for. Before, it said "Caddy is not installed" beside an
 // installed Caddy, and sent the user to apt-get install it. "true" stands for an
-// installed Caddy: only its presence is looked up before the Caddyfile.
+// installed Caddy: only its presence is looked up before the Caddyfile. A binary named
+// with --caddy that is not found is said to be that (before, "Caddy is not installed",
+// sending the user to apt-get install a Caddy that may be installed already).
 func TestDevSaysWhyCaddyIsNotUsed(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "Caddyfile")
+	// A PATH of one stand-in for an installed Caddy (only its presence is looked up) and
+	// no caddy, whatever this machine has installed.
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "tollgate-test-caddy"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
 	for _, tc := range []struct {
 		name, binary string
 		want, not    []string
 	}{
-		{"installed, no Caddyfile", "true", []string{"Caddyfile " + missing + " is not found", "--caddyfile"}, []string{"not installed"}},
-		{"not installed", "tollgate-no-such-caddy", []string{"is not installed", "apt-get install caddy"}, []string{"--caddyfile"}},
+		{"installed, no Caddyfile", "tollgate-test-caddy", []string{"Caddyfile " + missing + " is not found", "--caddyfile"}, []string{"not installed"}},
+		{"not installed", defaultCaddyBinary, []string{"is not installed", "apt-get install caddy"}, []string{"--caddyfile"}},
+		{"--caddy not found", "/opt/no-such-dir/caddy", []string{"--caddy /opt/no-such-dir/caddy is not found"}, []string{"not installed", "apt-get"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
