@@ -42,12 +42,30 @@ func sameDatabase(id, noted mirror.PostgresIdentity, noteOK bool, seen mirror.Po
 	return id.Whole() && witnessed && !(noteOK && noted.Replaced(id)) && !(seenOK && seen.Replaced(id))
 }
 
-// postgresKept reads the database's identity and reports whether it is, whole, the one
-// this process read last: the only witness left when Redis lost its data, the note
-// with it. A process that has read none (just started) cannot tell.
-func (w *Writer) postgresKept(ctx context.Context) bool {
+// postgresKept reads the database's identity (read is false when it could not) and
+// reports whether it is, whole, the one this process read last: the only witness left
+// when Redis lost its data, the note with it. A process that has read none (just
+// started) cannot tell.
+func (w *Writer) postgresKept(ctx context.Context) (id mirror.PostgresIdentity, read, kept bool) {
 	id, seen, seenOK, err := w.readPostgres(ctx)
-	return err == nil && sameDatabase(id, mirror.PostgresIdentity{}, false, seen, seenOK)
+	if err != nil {
+		return mirror.PostgresIdentity{}, false, false
+	}
+	return id, true, sameDatabase(id, mirror.PostgresIdentity{}, false, seen, seenOK)
+}
+
+// notedUnder notes id, read in this round, under gen, the generation a rebuild just
+// installed (or another control plane's, installed in the same instant): a replacement
+// of Postgres is told only against a note taken under the generation in force, and a
+// round that rebuilds ends before its usual note. Without this one the next round found
+// the note of the old generation, compared nothing, and noted the database it found: a
+// Postgres replaced between the two rounds (a zone lost, its Redis master failing over
+// first and its Postgres primary next) was taken for the one the mirror was written from,
+// and the enforcers never sent again the settlements it had lost.
+func (w *Writer) notedUnder(ctx context.Context, gen string, id mirror.PostgresIdentity) {
+	if gen != "" {
+		w.notePostgres(ctx, gen, id)
+	}
 }
 
 // readPostgres reads the database's identity now and returns it with the one this

@@ -187,3 +187,87 @@ func TestARebuildSaysWhetherPostgresWasKept(t *testing.T) {
 		t.Errorf("a replaced Postgres: generation %q, kept %v; want a new one, not kept", gen4, kept(gen4))
 	}
 }
+
+// A round that rebuilds the mirror (Redis lost its data, a Redis master was replaced,
+// `controlplane resync`) installs a new generation; Postgres replaced before the next
+// round must still be noticed. It was not: the rebuild ended the round before its note of
+// Postgres, so the next round found a note of the old generation (or none), compared
+// nothing, and noted the database it found as the one the mirror was written from. A
+// zone lost whole (its Redis master fails over first, its Postgres primary a few seconds
+// later) thus left the records of the lost commits trusted and the enforcers' recent
+// settlements never sent again. Here Postgres is replaced by recreating
+// usage_mirror_versions, as `pg_restore --clean` does (a new table OID).
+func TestPostgresReplacedRightAfterARebuildIsNoticed(t *testing.T) {
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	settleOne(t, e, org, ms[0], 100)
+	gen := func() string {
+		t.Helper()
+		g, err := e.Layout.Generation(e.Ctx, e.Redis)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	restore := func() {
+		t.Helper()
+		for _, q := range []string{
+			`CREATE TABLE usage_mirror_versions_restored (LIKE usage_mirror_versions INCLUDING ALL)`,
+			`INSERT INTO usage_mirror_versions_restored SELECT * FROM usage_mirror_versions`,
+			`DROP TABLE usage_mirror_versions`,
+			`ALTER TABLE usage_mirror_versions_restored RENAME TO usage_mirror_versions`,
+		} {
+			if _, err := e.Store.Pool.Exec(e.Ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	noticed := func(w *mirrorsync.Writer, what string) {
+		t.Helper()
+		rebuilt := gen()
+		restore()
+		if err := w.Check(e.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		after := gen()
+		kept, err := e.Layout.PostgresKeptThrough(e.Ctx, e.Redis, after)
+		if after == rebuilt || kept || err != nil {
+			t.Errorf("after %s, Postgres replaced before the next round: generation %q (the rebuild's %q), kept %v %v; want a new one, not kept",
+				what, after, rebuilt, kept, err)
+		}
+		settleOne(t, e, org, ms[0], 10)
+	}
+	if err := e.Mirror.Check(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Redis master replaced, seen by a control plane that compares with the noted ids.
+	if err := e.Layout.NoteMasters(e.Ctx, e.Redis, gen(), mirror.Masters{"a-master-that-is-gone": true}); err != nil {
+		t.Fatal(err)
+	}
+	other := otherProcess(t, e, nil)
+	before := gen()
+	if err := other.Check(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gen() == before {
+		t.Fatal("the replaced master rebuilt nothing")
+	}
+	noticed(other, "a replaced Redis master's rebuild")
+
+	// Redis lost its data.
+	if err := e.Redis.Del(e.Ctx, e.Layout.GenerationKey(), e.Layout.PostgresKey(), e.Layout.MastersKey(), e.Layout.RebuildKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Mirror.Check(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	noticed(e.Mirror, "the rebuild of a Redis that lost its data")
+
+	// An operator's resync.
+	if err := e.Mirror.Resync(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	noticed(e.Mirror, "controlplane resync")
+	at.Check(t, e.Store)
+}

@@ -35,12 +35,16 @@ func (w *Writer) Check(ctx context.Context) error {
 	}
 	if cur == "" {
 		gen := newGeneration()
-		w.noteRebuild(ctx, gen, w.postgresKept(ctx))
+		pg, pgRead, kept := w.postgresKept(ctx)
+		w.noteRebuild(ctx, gen, kept)
 		gen, claimed, err := w.layout.ClaimGeneration(ctx, w.rdb, gen)
 		if err != nil {
 			return err
 		}
 		w.setGeneration(gen)
+		if pgRead {
+			w.notedUnder(ctx, gen, pg)
+		}
 		// The masters now are the ones this rebuild writes to (a restarted master has a
 		// new replication id: no second rebuild for it), whichever control plane claimed
 		// the generation (TestLosingTheGenerationClaimRebuildsNothing).
@@ -76,6 +80,7 @@ func (w *Writer) Check(ctx context.Context) error {
 			return err
 		}
 		w.setGeneration(gen)
+		w.notedUnder(ctx, gen, pg)
 		if replaced {
 			w.log.Warn("mirror: Postgres was replaced (restored from a backup, a replica promoted, or started from a snapshot); Redis holds records it no longer has, so every record is rebuilt under a new generation",
 				"generation", gen)
@@ -103,6 +108,7 @@ func (w *Writer) Check(ctx context.Context) error {
 		}
 		w.setGeneration(gen)
 		w.noteMasters(ctx, gen, masters)
+		w.notedUnder(ctx, gen, pg)
 		if !replaced {
 			return nil
 		}
@@ -192,10 +198,14 @@ func (w *Writer) Run(ctx context.Context) error {
 // `controlplane resync` does.
 func (w *Writer) Resync(ctx context.Context) error {
 	gen := newGeneration()
+	id, _, _, idErr := w.readPostgres(ctx)
 	if err := w.layout.SetGeneration(ctx, w.rdb, gen); err != nil {
 		return err
 	}
 	w.setGeneration(gen)
+	if idErr == nil {
+		w.notedUnder(ctx, gen, id)
+	}
 	w.metrics.Resyncs.WithLabelValues("forced").Inc()
 	w.takeFailed()
 	if err := w.rewriteAll(ctx, gen); err != nil {
