@@ -147,3 +147,81 @@ func TestLosingTheGenerationClaimRebuildsNothing(t *testing.T) {
 		t.Fatalf("after the loser's next round the generation is %q (%v): it rebuilt a second time", g, err)
 	}
 }
+
+// `controlplane resync` installs a new generation and rewrites every record; the serving
+// control planes adopt it at their next round. A Redis master replaced before that round
+// (here a restart from the snapshot taken just after the resync) lost what it
+// acknowledged since: the blocking settlement's record, written by a control plane still
+// on the old generation over the resync's. The promoted master serves the resync's older
+// record, under the current generation. The round that adopted the generation compared
+// the masters with nothing, so nobody rebuilt: the mirror read 500 under the current
+// generation for a member at 1100 of a hard 1000 in Postgres, until the member's next
+// change (and enforcers that saw the new master under that generation doubted, resolving
+// every check, until the next rebuild). Now the round compares with the masters noted
+// under the generation it adopts (the resync notes those it wrote to) and rebuilds.
+func TestFailoverInTheRoundThatAdoptsAResyncIsRebuilt(t *testing.T) {
+	srv := testredis.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	e := at.New(t, at.Options{Redis: rdb})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	hardDayLimit(t, e, org, 1000)
+	now := e.Clock.Now()
+	settleCost(t, e, org, m, 500)
+	if err := e.Mirror.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	resync := mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: rdb, Layout: e.Layout, Clock: e.Clock, Log: e.Log})
+	if err := resync.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gen := resync.Generation()
+	if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 500 {
+		t.Fatalf("after the resync: %d %v", used, err)
+	}
+	if err := rdb.Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	snapshot, err := os.ReadFile(filepath.Join(srv.Dir(), "dump.rdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settleCost(t, e, org, m, 600) // written under the old generation: 1100 of 1000
+	if _, err := spendOf(t, e, rdb, m, now); !errors.Is(err, mirror.ErrUnknown) {
+		t.Fatalf("the blocking settlement's record under the old generation: %v, want unknown to readers", err)
+	}
+
+	srv.Stop()
+	if err := os.WriteFile(filepath.Join(srv.Dir(), "dump.rdb"), snapshot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.Start(t)
+	if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 500 {
+		t.Fatalf("the replaced master: %d %v (want the resync's record, trusted by its generation)", used, err)
+	}
+
+	if err := e.Mirror.Check(ctx); err != nil { // adopts the resync's generation
+		t.Fatal(err)
+	}
+	used, err := spendOf(t, e, rdb, m, now)
+	if err == nil && used < 1000 {
+		g, _ := e.Layout.Generation(ctx, rdb)
+		t.Fatalf("after the round that adopted the resync's generation %q (now %q), the mirror reads day spend %d for a member at %d of a hard 1000 in Postgres",
+			gen, g, used, e.Used(t, org, m, window.Day, now))
+	}
+	if err != nil && !errors.Is(err, mirror.ErrUnknown) {
+		t.Fatal(err)
+	}
+	rebuilt, _ := e.Layout.Generation(ctx, rdb)
+	if err := e.Mirror.Check(ctx); err != nil { // and rebuilds nothing more
+		t.Fatal(err)
+	}
+	if g, _ := e.Layout.Generation(ctx, rdb); g != rebuilt || g == gen {
+		t.Fatalf("generation %q after the next round (the resync's %q, the rebuild's %q): one rebuild wanted", g, gen, rebuilt)
+	}
+	if used, err := spendOf(t, e, rdb, m, now); err != nil || used != 1100 {
+		t.Fatalf("after the rebuild: %d %v, want 1100", used, err)
+	}
+}

@@ -11,14 +11,24 @@ import (
 // and reports whether one seen before under the generation cur is gone. The caller calls
 // noteMasters with them once it has acted on the answer. A Redis that refuses INFO (some
 // managed services rename it) cannot be watched: that is logged once, and never reported
-// as a failover.
+// as a failover. rebuilt: this round rebuilt the mirror on the masters there are now
+// (nothing they lost before is left to rebuild).
 //
-// Seen before: by this process, unless the generation moved since (adopted: another
-// control plane rebuilt, or `controlplane resync` ran); or, when this process has seen
-// none yet (it just started), by the process that noted them in Redis under cur. Without
-// that note a control plane started after Redis came back from an older snapshot took
-// the snapshot's records for current (TestRedisRestoredFromAnOldSnapshotIsRebuilt).
-func (w *Writer) mastersReplaced(ctx context.Context, cur string, adopted bool) (mirror.Masters, bool, error) {
+// Seen before: by this process, when the generation did not move since its last round;
+// when it moved (adopted: another control plane rebuilt, or `controlplane resync` ran),
+// by whoever noted the masters under cur (the rebuild's control plane, which notes those
+// it rebuilt on: a failover it was for is none since), else, when nobody did, by this
+// process still. Until 2026-12-07 an adopted generation was compared with nothing: a
+// failover in the round that adopted `controlplane resync`'s generation (or another
+// control plane's, whose rebuild wrote to the master that then died) was never rebuilt
+// for, the promoted replica's records missing the lost writes stayed trusted (a member
+// whose blocking settlement was lost admitted), and the enforcers that saw the failover
+// under that generation doubted, resolving every check, until the next rebuild
+// (TestFailoverInTheRoundThatAdoptsAResyncIsRebuilt). When this process has seen none
+// (it just started), the note under cur alone: without it a control plane started after
+// Redis came back from an older snapshot took the snapshot's records for current
+// (TestRedisRestoredFromAnOldSnapshotIsRebuilt).
+func (w *Writer) mastersReplaced(ctx context.Context, cur string, adopted, rebuilt bool) (mirror.Masters, bool, error) {
 	ids, err := mirror.ReadMasters(ctx, w.rdb)
 	if err != nil {
 		if !mirror.Refused(err) {
@@ -33,17 +43,23 @@ func (w *Writer) mastersReplaced(ctx context.Context, cur string, adopted bool) 
 		}
 		return nil, false, nil
 	}
+	if rebuilt {
+		return ids, false, nil
+	}
 	w.mu.Lock()
 	seen := w.masters
 	w.mu.Unlock()
-	if seen != nil {
-		return ids, !adopted && seen.Replaced(ids), nil
+	if seen != nil && !adopted {
+		return ids, seen.Replaced(ids), nil
 	}
 	gen, noted, err := w.layout.NotedMasters(ctx, w.rdb)
 	if err != nil {
 		return nil, false, err
 	}
-	return ids, noted != nil && gen == cur && noted.Replaced(ids), nil
+	if noted != nil && gen == cur {
+		return ids, noted.Replaced(ids), nil
+	}
+	return ids, seen != nil && seen.Replaced(ids), nil
 }
 
 // noteMasters remembers the masters' ids, checked under generation gen, and notes them

@@ -69,6 +69,7 @@ func (w *Writer) Check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rebuilt := false // by this round, on the masters it reads now
 	if pgReplaced {
 		// Postgres lost commits Redis mirrors (postgres.go): records of versions it has
 		// not reached, which refuse its writes. What `controlplane resync` does, once,
@@ -90,10 +91,10 @@ func (w *Writer) Check(ctx context.Context) error {
 				return err
 			}
 		}
-		cur, adopted = gen, true
+		cur, adopted, rebuilt = gen, !replaced, replaced
 	}
 	w.notePostgres(ctx, cur, pg)
-	masters, changed, err := w.mastersReplaced(ctx, cur, adopted)
+	masters, changed, err := w.mastersReplaced(ctx, cur, adopted, rebuilt)
 	if err != nil {
 		return err
 	}
@@ -199,12 +200,18 @@ func (w *Writer) Run(ctx context.Context) error {
 func (w *Writer) Resync(ctx context.Context) error {
 	gen := newGeneration()
 	id, _, _, idErr := w.readPostgres(ctx)
+	// The masters the rebuild writes to, read before the generation moves: the serving
+	// control planes, which adopt it, compare the masters with these (failover.go).
+	masters, mastersErr := mirror.ReadMasters(ctx, w.rdb)
 	if err := w.layout.SetGeneration(ctx, w.rdb, gen); err != nil {
 		return err
 	}
 	w.setGeneration(gen)
 	if idErr == nil {
 		w.notedUnder(ctx, gen, id)
+	}
+	if mastersErr == nil {
+		w.noteMasters(ctx, gen, masters)
 	}
 	w.metrics.Resyncs.WithLabelValues("forced").Inc()
 	w.takeFailed()
