@@ -68,6 +68,17 @@ func (r *Reader) watchMasters(ctx context.Context, g string) {
 		if r.doubt.Swap(false) {
 			r.log.Info("Redis answers again, with the same masters; reading the mirror again")
 		}
+	case g != r.mastersGen && r.writtenToGoneMasters(ctx, g, ids):
+		// The generation moved since, but the masters noted under it (`controlplane
+		// resync` notes those it wrote to) are gone too: its records were written to a
+		// master that died, and the control plane has yet to rebuild for it. Until
+		// 2026-12-07 any move of the generation ended the doubt, so a failover just after
+		// a resync had its promoted replica's older records trusted until the control
+		// plane's next round.
+		if !r.doubt.Swap(true) {
+			r.log.Warn("a Redis master was replaced after the mirror's last rebuild; records are resolved through the control plane until it is rebuilt", "generation", g)
+		}
+		return
 	case g != r.mastersGen:
 		// A master was replaced, and the generation moved since: the control plane is
 		// rebuilding, and records of the old generation are unknown to this reader.
@@ -82,4 +93,14 @@ func (r *Reader) watchMasters(ctx context.Context, g string) {
 		return
 	}
 	r.masters, r.mastersGen = ids, g
+}
+
+// writtenToGoneMasters reports whether the masters noted under generation g (by the
+// control plane that installed it) include one that is not among ids: g's records
+// were written to a master replaced since. A note that cannot be read, or of another
+// generation, says nothing (the rebuild under g is taken to be for this failover, as
+// before notes were kept under each generation).
+func (r *Reader) writtenToGoneMasters(ctx context.Context, g string, ids mirror.Masters) bool {
+	gen, noted, err := r.layout.NotedMasters(ctx, r.rdb)
+	return err == nil && noted != nil && gen == g && noted.Replaced(ids)
 }

@@ -422,3 +422,48 @@ func TestRebuildNoteIsReadAgainAfterAFailedRead(t *testing.T) {
 		t.Fatal("OnRebuild's function did not run")
 	}
 }
+
+// A master replaced after the mirror's generation moved: when the masters noted under
+// the new generation (`controlplane resync` notes those it writes to) are gone too, its
+// records were written to the master that died, and the reader keeps doubting until the
+// control plane rebuilds for it. Any move of the generation ended the doubt: a failover
+// just after a resync had the promoted replica's older records trusted until the
+// control plane's next round. A generation whose noted masters serve still ends it (the
+// rebuild for this very failover).
+func TestDoubtOutlivesAGenerationWrittenToTheReplacedMaster(t *testing.T) {
+	srv := testredis.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	l := mirror.Layout{Prefix: "tg:"}
+	ctx := context.Background()
+	ids, err := mirror.ReadMasters(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(rdb, l, noResolver{}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gone := mirror.Masters{"a-master-gone": true}
+	// The reader last saw the gone master under g1; the resync's generation g2 was
+	// written to it too; the master serving now is another.
+	r.masters, r.mastersGen = gone, "g1"
+	for _, step := range []struct {
+		gen   string
+		noted mirror.Masters
+		doubt bool
+	}{
+		{"g2", gone, true}, // the resync wrote to the master that is gone
+		{"g2", gone, true}, // still, at the next poll
+		{"g3", ids, false}, // the control plane's rebuild on the master serving
+		{"g3", ids, false}, // and it stays so
+	} {
+		if err := l.SetGeneration(ctx, rdb, step.gen); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.NoteMasters(ctx, rdb, step.gen, step.noted); err != nil {
+			t.Fatal(err)
+		}
+		r.watchMasters(ctx, step.gen)
+		if got := r.doubt.Load(); got != step.doubt {
+			t.Fatalf("generation %s, noted %v, serving %v: doubt %v, want %v", step.gen, step.noted, ids, got, step.doubt)
+		}
+	}
+}
