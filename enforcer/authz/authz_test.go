@@ -275,6 +275,10 @@ func TestQueryKeysAndFieldMasksNeverGoUpstream(t *testing.T) {
 			gate.Credentials{APIKey: "tgk_k"}, nil},
 		{"the field mask in every spelling", gen + "?fields=a&f%69elds=b&%24fields=c&$fields=d&fieldsx=e", map[string]string{"x-api-key": "tgk_k"},
 			gate.Credentials{APIKey: "tgk_k"}, []string{"fields", "f%69elds", "%24fields", "$fields"}},
+		// Google's method override in the query ($httpMethod, X-HTTP-Method-Override's
+		// form there), removed as the header is (requestbody.MethodOverride).
+		{"the method override in every spelling", "/v1alpha/auth_tokens?$httpMethod=POST&%24httpMethod=POST&httpMethod=x",
+			map[string]string{"x-api-key": "tgk_k"}, gate.Credentials{APIKey: "tgk_k"}, []string{"$httpMethod", "%24httpMethod"}},
 		{"no query", gen, map[string]string{"x-api-key": "tgk_k"}, gate.Credentials{APIKey: "tgk_k"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -364,6 +364,17 @@ func MethodOverrideRefusal(header string) FormRefusal {
 		Details: map[string]string{"header": header}}})}
 }
 
+// MethodOverrideParamRefusal is /check's 400 for a query naming another method
+// (Google's $httpMethod, requestbody.MethodOverride), as MethodOverrideRefusal is for a
+// header: the gateway and ext_authz drop the parameter, a forward-auth answer cannot.
+func MethodOverrideParamRefusal(param string) FormRefusal {
+	return FormRefusal{Status: 400, Code: CodeMethodOverrideUnsupported, Body: mustJSON(errorBody{Error: errorObject{
+		Type: "invalid_request_error", Code: CodeMethodOverrideUnsupported,
+		Message: "The query parameter " + param + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
+			"send the request with its own method, without the parameter.",
+		Details: map[string]string{"parameter": param}}})}
+}
+
 // MethodRefusal is the 405 of a request whose method no front door lets through, in
 // any case (a server that matches methods loosely runs "trace" as TRACE): TRACE and
 // TRACK (IIS's), which ask the upstream to echo the request it received (RFC 9110,

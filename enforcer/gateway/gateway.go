@@ -1477,7 +1477,8 @@ func credentialsOf(r *http.Request) gate.Credentials {
 
 // upstreamQuery is the query the upstream gets: the client's, without the parameters
 // that never go upstream (requestbody.QueryParam.NotUpstream: any carrying a Tollgate
-// credential, whatever its name, credentialsOf read the key parameters among them; and
+// credential, whatever its name, credentialsOf read the key parameters among them;
+// Google's method override, $httpMethod, dropped as the header is (upstreamHeader); and
 // Google's response field mask, fields or $fields: a mask that leaves usageMetadata out
 // would hide the usage the request is charged by, its output and thinking tokens then
 // estimated from the text at best). Each name is judged decoded, as the provider reads

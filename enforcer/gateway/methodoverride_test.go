@@ -48,3 +48,40 @@ func TestMethodOverridesNeverReachTheUpstream(t *testing.T) {
 		t.Fatalf("status %d: %d ephemeral tokens minted with the provider's key, overrides received %q; want none", res.StatusCode, minted, overrides)
 	}
 }
+
+// Google's API platform takes the method override in the query as well, the system
+// parameter $httpMethod (X-HTTP-Method-Override's query form, cloud.google.com's
+// "System parameters"), its name in any encoding (%24httpMethod). It never goes
+// upstream either, as the header does not: before 2026-12-07 a PUT with
+// ?$httpMethod=POST passed and Google would run it as the POST the gateway never judged
+// (an ephemeral token minted past the refusal of deferred billing, or a generation
+// settled at 0 as an unbilled PUT). The other parameters pass as they came.
+func TestQueryMethodOverrideNeverReachesTheUpstream(t *testing.T) {
+	var minted int
+	var queries []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method := r.Method
+		for k, v := range r.URL.Query() { // decoded, as Google reads the names
+			if k == "$httpMethod" {
+				method = strings.ToUpper(v[0])
+			}
+		}
+		if method == "POST" && strings.HasSuffix(r.URL.Path, "/auth_tokens") {
+			minted++
+		}
+		queries = append(queries, r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"name":"auth_tokens/ephemeral"}`)
+	}))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	for _, q := range []string{"$httpMethod=POST", "%24httpMethod=POST&x=1", "x=1&%24http%4Dethod=post"} {
+		res := send(t, "PUT", e.front.URL+"/v1alpha/auth_tokens?"+q, "", strings.NewReader(`{"uses":1000}`),
+			"X-Goog-Api-Key", "tgk_good", "Content-Type", "application/json")
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if minted != 0 || len(queries) != 3 || queries[0] != "" || queries[1] != "x=1" || queries[2] != "x=1" {
+		t.Fatalf("%d ephemeral tokens minted with the provider's key, queries received %q; want none, and the override dropped", minted, queries)
+	}
+}

@@ -203,9 +203,9 @@ var methodOverrides = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Met
 
 // formRefusal is the refusal of a request whose form the gateway and ext_authz make
 // harmless and a forward-auth proxy cannot, since its answer cannot change the request:
-// a method override (the gateway and ext_authz remove it: the request is judged by its
-// own method, and a PUT that Google runs as a POST escaped the deferred-billing and
-// unbilled judgments), a query asking for an answer the usage reader cannot read
+// a method override, a header's or the query's $httpMethod (the gateway and ext_authz
+// remove it: the request is judged by its own method, and a PUT that Google runs as a
+// POST escaped the deferred-billing and unbilled judgments), a query asking for an answer the usage reader cannot read
 // (requestbody.UnreadableAnswer, refused by all three), and Google's response field mask
 // (which the others drop: one that leaves usageMetadata out hides the usage the
 // reporter settles by). Each is judged as the gateway judges it, a parameter's name
@@ -223,6 +223,9 @@ func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal
 		return gate.ResponseFormatRefusal(param), true
 	}
 	for p := range requestbody.QueryParams(rawQuery) {
+		if requestbody.MethodOverride(p.Name) {
+			return gate.MethodOverrideParamRefusal(p.Name), true
+		}
 		if requestbody.ResponseFieldMask(p.Name) {
 			return gate.ResponseFormatRefusal(p.Name), true
 		}

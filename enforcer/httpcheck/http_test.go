@@ -369,6 +369,8 @@ func TestCheckRefusesWhatTheProxyCannotRemove(t *testing.T) {
 		{"X-HTTP-Method-Override", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-HTTP-Method-Override": "POST",
 			"X-Forwarded-Method": "PUT", "X-Forwarded-Uri": "/v1alpha/auth_tokens"}, 400, "service_gateway_method_override_unsupported"},
 		{"X-Method-Override", "", map[string]string{"X-Api-Key": w.Key, "X-Method-Override": "POST"}, 400, "service_gateway_method_override_unsupported"},
+		{"$httpMethod in the query", "", map[string]string{"X-Goog-Api-Key": w.Key, "X-Forwarded-Method": "PUT",
+			"X-Forwarded-Uri": "/v1alpha/auth_tokens?x=1&%24httpMethod=POST"}, 400, "service_gateway_method_override_unsupported"},
 		// TRACE has the upstream echo the request, the provider's credential the proxy set
 		// in it (gate.MethodRefusal).
 		{"TRACE", "", map[string]string{"X-Api-Key": w.Key, "X-Forwarded-Method": "TRACE", "X-Forwarded-Uri": "/v1/chat/completions"}, 405, "service_gateway_method_unsupported"},

@@ -55,12 +55,20 @@ func (p QueryParam) RawName() string {
 }
 
 // NotUpstream tells whether a query parameter never goes upstream, whichever front door
-// sent the request: Google's response field mask (ResponseFieldMask), and any parameter
-// carrying a Tollgate credential, whatever its name (the key parameters among them are
-// read as credentials: gate.Credentials.AddQuery), which must never reach the provider.
+// sent the request: Google's response field mask (ResponseFieldMask), its method
+// override (MethodOverride), and any parameter carrying a Tollgate credential, whatever
+// its name (the key parameters among them are read as credentials:
+// gate.Credentials.AddQuery), which must never reach the provider.
 func (p QueryParam) NotUpstream() bool {
-	return ResponseFieldMask(p.Name) || credential.IsTollgateToken(p.Value)
+	return ResponseFieldMask(p.Name) || MethodOverride(p.Name) || credential.IsTollgateToken(p.Value)
 }
+
+// MethodOverride tells whether a query parameter (its decoded name) is Google's method
+// override, the system parameter $httpMethod (X-HTTP-Method-Override as a header): a
+// request is judged by its own method (Unbilled, Deferred: a PUT is never charged or
+// deferred), so it must not run upstream as another one. The front doors drop it as they
+// drop the header; /check, which cannot, refuses it.
+func MethodOverride(name string) bool { return name == "$httpMethod" }
 
 // ResponseFieldMask tells whether a query parameter (its decoded name) is Google's
 // response field mask, the system parameter fields or $fields (X-Goog-FieldMask as a
