@@ -206,7 +206,7 @@ func (p *proxied) realtime(w http.ResponseWriter, r *http.Request) {
 		events = tokenSession{realtimeusage.New(model)}
 	}
 	if events == nil {
-		p.settle(inflight.Refused(http.StatusForbidden))
+		p.settle(inflight.Refused(http.StatusBadRequest)) // the status answered below
 		gw.answered(w, OutcomeRefused)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_websocket_unsupported",
 			"Only the Realtime API's WebSocket (/v1/realtime), the Responses API's (/v1/responses), GPT-Live's (/v1/live/sessions) and the Gemini Live API's (BidiGenerateContent), on a route that does not sign its requests, can be proxied and charged.", nil)

@@ -1274,3 +1274,25 @@ func TestRealtimeSessionOpenedDuringTheDrainIsEnded(t *testing.T) {
 		t.Fatal("the session opened during the drain was never ended")
 	}
 }
+
+// A WebSocket upgrade of a path no session reader serves (a chat completion's) is
+// refused 400 service_gateway_websocket_unsupported, never sent upstream, and its
+// admitted request settled as refused with that same status: the receipt says what the
+// client was answered. Before 2026-12-07 it was settled as a 403.
+func TestOtherWebSocketUpgradesAreRefused(t *testing.T) {
+	var reached atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer up.Close()
+	e := newEnv(t, up.URL, gateway.Config{})
+	_, res, err := dialRealtime(t, "ws"+strings.TrimPrefix(e.front.URL, "http")+"/v1/chat/completions", "tgk_good")
+	if err == nil || res == nil || res.StatusCode != http.StatusBadRequest ||
+		res.Header.Get("X-Service-Error-Code") != "service_gateway_websocket_unsupported" {
+		t.Fatalf("dial: %v %+v, want 400 service_gateway_websocket_unsupported", err, res)
+	}
+	if u := e.tracker.settled(t); !u.Refused || u.UpstreamStatus != http.StatusBadRequest {
+		t.Fatalf("settled %+v, want refused at 400, the status the client got", u)
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the upstream was reached %d times", n)
+	}
+}
