@@ -55,6 +55,12 @@ func TestDotSegmentsNeverClimbOutOfTheUpstreamsBasePath(t *testing.T) {
 		"/v1/..%2F..%2Ftenant-b/v1/chat/completions",
 		"/v1/./chat/completions",
 		"/v1/chat/completions/..",
+		// Servlet containers (Tomcat, Jetty) drop a segment's ";" parameters before they
+		// resolve dot segments: "..;" is "..", "..;x=1" too (before 2026-12-07 it passed).
+		"/..;/tenant-b/v1/chat/completions",
+		"/v1/..;x=1/..;/tenant-b/v1/chat/completions",
+		"/v1/.;/chat/completions",
+		"/v1/%2e%2e%3b/%2e%2e;/tenant-b/v1/chat/completions",
 	} {
 		got := send(target)
 		status, _, _ := strings.Cut(got, "\r\n")
@@ -73,14 +79,15 @@ func TestDotSegmentsNeverClimbOutOfTheUpstreamsBasePath(t *testing.T) {
 		t.Fatalf("the upstream got %q, %d checks; want none", reached, checked)
 	}
 	// What SDKs send passes, under the base path; dots within a segment are no dot segment.
-	for _, target := range []string{"/v1/chat/completions", "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse", "/v1/files/..abc"} {
+	for _, target := range []string{"/v1/chat/completions", "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse", "/v1/files/..abc",
+		"/v1/files/a;..", "/v1/files/...;x"} {
 		if got := send(target); !strings.HasPrefix(got, "HTTP/1.1 200 ") {
 			t.Errorf("%s: %s", target, got)
 		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(targets) != 3 || targets[0] != "/tenant-a/v1/chat/completions" {
+	if len(targets) != 5 || targets[0] != "/tenant-a/v1/chat/completions" {
 		t.Fatalf("the upstream got %q", targets)
 	}
 }

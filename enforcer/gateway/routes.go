@@ -298,9 +298,12 @@ func sortRoutes(rs []Route) []Route {
 // (upstreamURL) and the upstream resolves dot segments (RFC 3986, 5.2.4: nginx, CDNs,
 // Go's ServeMux), so "/../tenant-b/..." ran on the upstream's host outside the base path,
 // with the route's credential. No SDK sends one: their URL libraries resolve them, as
-// curl does unless told --path-as-is.
+// curl does unless told --path-as-is. A segment is judged without its ";" parameters,
+// which servlet containers (Tomcat, Jetty) drop before they resolve dot segments: to
+// them "..;" and "..;x=1" are "..".
 func dotSegment(path string) bool {
 	for seg := range strings.FieldsFuncSeq(path, func(c rune) bool { return c == '/' || c == '\\' }) {
+		seg, _, _ = strings.Cut(seg, ";")
 		if seg == "." || seg == ".." {
 			return true
 		}
