@@ -244,12 +244,21 @@ func dedicated(method, path string) bool {
 // client sent it (Envoy's :path, escapes and all), so "/v1/batche%73" or "/v1/batches/"
 // must name the batches too, in case the provider reads them so. The gateway's path is
 // already decoded. Lower-cased too, but Gemini's method names keep their case in the
-// comparisons above ("batchGenerateContent"), so those are compared as they are.
+// comparisons above ("batchGenerateContent"), so those are compared as they are. Each
+// segment is compared without its ";" parameters, which servlet containers (Tomcat,
+// Jetty) drop before they route: "/v1/batches;x=1" is a batch to them.
 func comparable(path string) string {
 	if strings.Contains(path, "%") {
 		if p, err := url.PathUnescape(path); err == nil {
 			path = p
 		}
+	}
+	if strings.Contains(path, ";") {
+		segs := strings.Split(path, "/")
+		for i, seg := range segs {
+			segs[i], _, _ = strings.Cut(seg, ";")
+		}
+		path = strings.Join(segs, "/")
 	}
 	for len(path) > 1 && strings.HasSuffix(path, "/") {
 		path = path[:len(path)-1]

@@ -320,6 +320,12 @@ func TestDeferred(t *testing.T) {
 		{"POST", "/v1/fine_tuning/jobs/", false, requestbody.DeferredFineTuning},
 		{"POST", "/V1/Models/gemini-2.5-flash:batchGenerateContent", false, requestbody.DeferredBatches},
 		{"POST", "/v1/batches%2", false, ""}, // a malformed escape is compared as it is
+		// A segment's ";" parameters, which servlet containers (Tomcat, Jetty) drop before
+		// they route: a batch to them all the same (before 2026-12-07, not deferred).
+		{"POST", "/v1/batches;x=1", false, requestbody.DeferredBatches},
+		{"POST", "/v1;v=2/fine_tuning/jobs;jsessionid=a/", false, requestbody.DeferredFineTuning},
+		{"POST", "/v1/batches%3Bx", false, requestbody.DeferredBatches},
+		{"POST", "/v1/batches;x/batch_1/cancel", false, ""},
 	} {
 		if got := requestbody.Deferred(c.method, c.path, c.background); got != c.want {
 			t.Errorf("Deferred(%s %q, background %v) = %q, want %q", c.method, c.path, c.background, got, c.want)
