@@ -683,3 +683,54 @@ func revokingGrants(t *testing.T, e *apitest.Env, owner apitest.Member, mkt stri
 	}
 	return tx
 }
+
+// TestPluginWritesWaitForTeamRemoval: a member whose rank comes from a team's grant is
+// being taken out of the team (the test holds the removal open). An add of a plugin, a
+// change of a plugin and a replacement of a marketplace's grants they send meanwhile
+// wait for the removal and are refused; they were answered, and committed after the
+// removal, from the grant of the team they were leaving.
+func TestPluginWritesWaitForTeamRemoval(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, owner, "bob", "member")
+	curators := newTeam(t, e, owner, "Curators", bob)
+	mkt := newMarketplace(t, e, owner, "Engineering")
+	other := newMarketplace(t, e, owner, "Design")
+	setGrants(t, e, owner, mkt, teamGrant(curators, "manager"))
+	setGrants(t, e, owner, other, teamGrant(curators, "manager"))
+	inside := newPlugin(t, e, owner, "Search")
+	addPlugin(t, e, mkt, map[string]any{"pluginId": inside}, bob.As()...).Expect(t, http.StatusCreated)
+	outside := newPlugin(t, e, owner, "Lint")
+
+	ctx := context.Background()
+	tx := openTx(t, e)
+	if removed, err := store.RemoveTeamMember(ctx, tx, curators, bob.MemberID); err != nil || !removed {
+		t.Fatalf("removing bob from the team: %v %v", removed, err)
+	}
+	answers := make(chan *apitest.Resp, 3)
+	go func() { answers <- addPlugin(t, e, mkt, map[string]any{"pluginId": outside}, bob.As()...) }()
+	go func() {
+		answers <- e.Do(t, "PATCH", "/v1/plugins/"+inside, map[string]any{"name": "Renamed"}, bob.As()...)
+	}()
+	go func() {
+		answers <- e.Do(t, "PUT", "/v1/marketplaces/"+other+"/access",
+			map[string]any{"grants": []any{memberGrant(bob, "manager")}}, bob.As()...)
+	}()
+	awaitLockWaits(t, e, 3)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		(<-answers).ExpectError(t, http.StatusForbidden, "forbidden")
+	}
+	if n := count(t, e, "marketplace_plugins", "marketplace_id = $1 AND removed_at IS NULL", mkt); n != 1 {
+		t.Fatalf("%d plugins in the marketplace, want the one it had", n)
+	}
+	if n := count(t, e, "plugins", "id = $1 AND name = 'Search'", inside); n != 1 {
+		t.Fatal("the plugin was renamed")
+	}
+	if n := count(t, e, "marketplace_grants", "marketplace_id = $1 AND member_id = $2", other, bob.MemberID); n != 0 {
+		t.Fatal("bob granted himself the marketplace")
+	}
+}

@@ -292,6 +292,11 @@ func (c *Call) pluginRank(tx pgx.Tx, pluginID string) (int, error) {
 	if err := store.SharePluginMarketplaces(c.Ctx, tx, pluginID); err != nil {
 		return store.RankNone, err
 	}
+	// And under the shared locks of their team memberships: a removal from a team whose
+	// grant gave them the rank is waited for, as a revocation of the grant is.
+	if err := store.ShareMemberTeams(c.Ctx, tx, c.Member.ID); err != nil {
+		return store.RankNone, err
+	}
 	return store.PluginRank(c.Ctx, tx, pluginID, c.Member.ID)
 }
 

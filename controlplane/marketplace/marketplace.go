@@ -58,7 +58,20 @@ func ForPluginWrite(ctx context.Context, tx pgx.Tx, orgID, id string, viewer fun
 	if err != nil {
 		return store.Marketplace{}, err
 	}
+	if err := shareTeams(ctx, tx, v); err != nil {
+		return store.Marketplace{}, err
+	}
 	return ForWrite(ctx, tx, orgID, id, v, need, what)
+}
+
+// shareTeams holds, for a member whose rank comes from grants, the team memberships
+// those grants may reach them through (store.ShareMemberTeams), so that a removal from a
+// team under way is waited for before the rank is read. Owners and admins need none.
+func shareTeams(ctx context.Context, tx pgx.Tx, v store.Viewer) error {
+	if v.All {
+		return nil
+	}
+	return store.ShareMemberTeams(ctx, tx, v.MemberID)
 }
 
 // ReplaceAccess makes the marketplace's access list exactly grants, for a viewer who
@@ -74,6 +87,9 @@ func ReplaceAccess(ctx context.Context, tx pgx.Tx, orgID, id string, viewer func
 	}
 	v, err := viewer()
 	if err != nil {
+		return store.Marketplace{}, err
+	}
+	if err := shareTeams(ctx, tx, v); err != nil {
 		return store.Marketplace{}, err
 	}
 	m, err := ForWrite(ctx, tx, orgID, id, v, store.RankManager, "Changing who may use a marketplace")

@@ -308,6 +308,17 @@ func SharePluginMarketplaces(ctx context.Context, q Querier, pluginID string) er
 	return err
 }
 
+// ShareMemberTeams takes the shared row locks of a member's team memberships, for a
+// write that a rank of theirs allows (a grant to a team reaches them through these rows).
+// Taking a member out of a team, or deleting the team, deletes them: a removal under way
+// is waited for, and its row is then gone from the rank read next; one begun later waits
+// for the write. Without it a write sent while the member was being taken out of the
+// team was answered, and committed after the removal, from the team's grant.
+func ShareMemberTeams(ctx context.Context, q Querier, memberID string) error {
+	_, err := q.Exec(ctx, `SELECT 1 FROM team_members WHERE member_id = $1 ORDER BY team_id FOR SHARE`, memberID)
+	return err
+}
+
 // TouchMarketplace records a change of a marketplace.
 func TouchMarketplace(ctx context.Context, q Querier, id string, now time.Time) error {
 	_, err := q.Exec(ctx, `UPDATE marketplaces SET updated_at = $2 WHERE id = $1`, id, now)
