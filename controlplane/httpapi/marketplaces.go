@@ -173,11 +173,14 @@ func (s *Server) setMarketplaceAccess(c *Call) error {
 		// The caller's rank is read under the marketplace's lock, from their role and
 		// grants as they are then (viewerNow).
 		viewer := func() (store.Viewer, error) { return c.viewerNow(tx) }
-		m, err := marketplace.ReplaceAccess(c.Ctx, tx, c.OrgID(), id, viewer, grants, c.now, c.requireFreshAuth)
+		m, before, err := marketplace.ReplaceAccess(c.Ctx, tx, c.OrgID(), id, viewer, grants, c.now, c.requireFreshAuth)
 		if err != nil {
 			return err
 		}
-		if err := c.Audit(tx, "marketplace.access", m.ID, map[string]any{"grants": len(grants)}); err != nil {
+		// Who was given, or lost, which role is what an audit of access asks; the count
+		// alone could not tell a grant of manager to oneself from a harmless edit.
+		if err := c.Audit(tx, "marketplace.access", m.ID, map[string]any{"grants": len(grants),
+			"before": viewGrants(before), "after": viewGrants(grants)}); err != nil {
 			return err
 		}
 		view, err = c.readMarketplace(tx, m.ID)
@@ -432,11 +435,17 @@ type grantView struct {
 	Role         string  `json:"role"`
 }
 
-func viewMarketplace(m store.Marketplace, grants []store.Grant) marketplaceView {
+// viewGrants renders grants as the access list shows them.
+func viewGrants(grants []store.Grant) []grantView {
 	access := make([]grantView, len(grants))
 	for i, g := range grants {
 		access[i] = grantView{MemberID: g.MemberID, TeamID: g.TeamID, Organization: g.Organization, Role: g.Role}
 	}
+	return access
+}
+
+func viewMarketplace(m store.Marketplace, grants []store.Grant) marketplaceView {
+	access := viewGrants(grants)
 	return marketplaceView{ID: m.ID, OrganizationID: m.OrganizationID, Name: m.Name,
 		CreatedByOrgMembershipID: m.CreatedByMemberID, CreatedAt: jsonx.Time(m.CreatedAt), UpdatedAt: jsonx.Time(m.UpdatedAt),
 		PluginCount: m.PluginCount, CallerRole: store.RoleOfRank(m.Rank), Access: access}

@@ -1,11 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/internal/apitest"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -167,4 +170,56 @@ func TestMarketplaceAccess(t *testing.T) {
 	e.Do(t, "PUT", path, map[string]any{"grants": []any{memberGrant(bob, "manager")}}, bob.As()...).
 		ExpectError(t, http.StatusForbidden, "forbidden")
 	expectNoWrites(t, e, before)
+}
+
+// TestMarketplaceAccessIsAudited: a replacement of the grants records the list it
+// replaced and the new one. It recorded their number only, so the trail could not tell
+// who had been given, or had lost, which role (a manager granting themselves, or a
+// friend, a role looked like any other edit of the list).
+func TestMarketplaceAccessIsAudited(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, owner, "bob", "member")
+	carol := e.AddMember(t, owner, "carol", "member")
+	mkt := newMarketplace(t, e, owner, "Engineering")
+	setGrants(t, e, owner, mkt, memberGrant(bob, "manager"), orgGrant("viewer"))
+	e.Clock.Advance(time.Minute)
+	setGrants(t, e, bob, mkt, memberGrant(bob, "manager"), memberGrant(carol, "manager"))
+
+	rows, err := e.Store.Pool.Query(context.Background(), `SELECT actor_member_id, details FROM audit_events
+		WHERE action = 'marketplace.access' AND target_id = $1 ORDER BY occurred_at, id`, mkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type event struct {
+		Actor   string
+		Details map[string]any
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event, error) {
+		var ev event
+		err := r.Scan(&ev.Actor, &ev.Details)
+		return ev, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := func(member, role string, organization bool) map[string]any {
+		g := map[string]any{"memberId": nil, "teamId": nil, "organization": organization, "role": role}
+		if member != "" {
+			g["memberId"] = member
+		}
+		return g
+	}
+	want := []event{
+		{owner.MemberID, map[string]any{"grants": float64(2), "before": []any{},
+			"after": []any{grant(bob.MemberID, "manager", false), grant("", "viewer", true)}}},
+		// As the access list reads: the organization's grant first.
+		{bob.MemberID, map[string]any{"grants": float64(2),
+			"before": []any{grant("", "viewer", true), grant(bob.MemberID, "manager", false)},
+			"after":  []any{grant(bob.MemberID, "manager", false), grant(carol.MemberID, "manager", false)}}},
+	}
+	if !reflect.DeepEqual(events, want) {
+		t.Fatalf("audit events\n got %v\nwant %v", events, want)
+	}
 }

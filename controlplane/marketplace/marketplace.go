@@ -79,33 +79,39 @@ func shareTeams(ctx context.Context, tx pgx.Tx, v store.Viewer) error {
 // role is the one they have then (a caller demoted or removed meanwhile can no longer
 // hand out access), and may refuse. allowed runs after the rank check (the caller's own conditions, such as a
 // fresh sign-in) and may refuse. Grants to members and teams that are not (or no longer)
-// in the organization are 400 with their paths.
+// in the organization are 400 with their paths. It returns the list it replaced (the
+// grants whose member or team still existed, as reads show them), read under the lock,
+// for the caller's audit record.
 func ReplaceAccess(ctx context.Context, tx pgx.Tx, orgID, id string, viewer func() (store.Viewer, error),
-	grants []store.Grant, now time.Time, allowed func() error) (store.Marketplace, error) {
+	grants []store.Grant, now time.Time, allowed func() error) (store.Marketplace, []store.Grant, error) {
 	if err := store.LockMarketplace(ctx, tx, orgID, id); err != nil {
-		return store.Marketplace{}, err
+		return store.Marketplace{}, nil, err
 	}
 	v, err := viewer()
 	if err != nil {
-		return store.Marketplace{}, err
+		return store.Marketplace{}, nil, err
 	}
 	if err := shareTeams(ctx, tx, v); err != nil {
-		return store.Marketplace{}, err
+		return store.Marketplace{}, nil, err
 	}
 	m, err := ForWrite(ctx, tx, orgID, id, v, store.RankManager, "Changing who may use a marketplace")
 	if err != nil {
-		return m, err
+		return m, nil, err
 	}
 	if err := allowed(); err != nil {
-		return m, err
+		return m, nil, err
 	}
 	if err := CheckTargets(ctx, tx, orgID, grants); err != nil {
-		return m, err
+		return m, nil, err
+	}
+	before, err := store.MarketplaceGrants(ctx, tx, []string{m.ID})
+	if err != nil {
+		return m, nil, err
 	}
 	if err := store.ReplaceGrants(ctx, tx, m.ID, grants); err != nil {
-		return m, err
+		return m, nil, err
 	}
-	return m, store.TouchMarketplace(ctx, tx, m.ID, now)
+	return m, before[m.ID], store.TouchMarketplace(ctx, tx, m.ID, now)
 }
 
 // CheckTargets refuses grants to members and teams that are not (or no longer) in the
