@@ -359,10 +359,16 @@ func (s *Server) deletePlugin(c *Call) error {
 		}
 		// Deleting twice answers the deleted plugin again, with its first deletedAt.
 		if pl.Status != "deleted" {
-			if err := store.DeletePlugin(c.Ctx, tx, pl.ID, c.now); err != nil {
+			left, err := store.DeletePlugin(c.Ctx, tx, pl.ID, c.now)
+			if err != nil {
 				return err
 			}
-			if err := c.Audit(tx, "plugin.delete", pl.ID, map[string]any{"name": pl.Name}); err != nil {
+			// The deletion takes the plugin out of these marketplaces, each a removal
+			// that marketplace.plugin.remove would record: the trail names them here.
+			if left == nil {
+				left = []string{}
+			}
+			if err := c.Audit(tx, "plugin.delete", pl.ID, map[string]any{"name": pl.Name, "marketplaceIds": left}); err != nil {
 				return err
 			}
 		}

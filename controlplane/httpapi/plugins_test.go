@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -388,4 +390,47 @@ func TestDeletePluginNeedsFreshSignIn(t *testing.T) {
 	fresh := []apitest.Opt{apitest.Session(signIn(t, e, owner.User)), apitest.Org(owner.OrgID)}
 	e.Do(t, "DELETE", "/v1/plugins/"+plugins[3], nil, fresh...).Expect(t, http.StatusOK)
 	e.Do(t, "DELETE", "/v1/plugins/"+loose, nil, fresh...).Expect(t, http.StatusOK)
+}
+
+// TestDeletePluginAuditNamesTheMarketplacesItLeft: deleting a plugin takes it out of
+// every marketplace it is in, each a removal that marketplace.plugin.remove records when
+// done one at a time. The plugin.delete event named the plugin only, so a marketplace's
+// trail lost the plugin without a word; it now names the marketplaces it left (not one it
+// had already left before).
+func TestDeletePluginAuditNamesTheMarketplacesItLeft(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	plg := newPlugin(t, e, owner, "Search")
+	var in []string
+	for _, name := range []string{"Engineering", "Design"} {
+		mkt := newMarketplace(t, e, owner, name)
+		addPlugin(t, e, mkt, map[string]any{"pluginId": plg}, owner.As()...).Expect(t, http.StatusCreated)
+		in = append(in, mkt)
+	}
+	left := newMarketplace(t, e, owner, "Old")
+	addPlugin(t, e, left, map[string]any{"pluginId": plg}, owner.As()...).Expect(t, http.StatusCreated)
+	e.Do(t, "DELETE", "/v1/marketplaces/"+left+"/plugins/"+plg, nil, owner.As()...).Expect(t, http.StatusNoContent)
+	loose := newPlugin(t, e, owner, "In none")
+
+	e.Do(t, "DELETE", "/v1/plugins/"+plg, nil, owner.As()...).Expect(t, http.StatusOK)
+	e.Do(t, "DELETE", "/v1/plugins/"+loose, nil, owner.As()...).Expect(t, http.StatusOK)
+	slices.Sort(in)
+	for id, want := range map[string]map[string]any{
+		plg:   {"name": "Search", "marketplaceIds": []any{in[0], in[1]}},
+		loose: {"name": "In none", "marketplaceIds": []any{}},
+	} {
+		var raw []byte
+		if err := e.Store.Pool.QueryRow(context.Background(), `SELECT details FROM audit_events
+			WHERE action = 'plugin.delete' AND target_id = $1`, id).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("plugin.delete details %v, want %v", got, want)
+		}
+	}
 }

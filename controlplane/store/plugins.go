@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,14 +143,21 @@ func UpdatePlugin(ctx context.Context, q Querier, p Plugin) error {
 }
 
 // DeletePlugin marks a plugin deleted (the row stays) and removes it from every
-// marketplace, so nothing distributes a deleted plugin.
-func DeletePlugin(ctx context.Context, q Querier, id string, now time.Time) error {
+// marketplace, so nothing distributes a deleted plugin. It returns the ids of the
+// marketplaces it took the plugin out of, sorted, for the deletion's audit record.
+func DeletePlugin(ctx context.Context, q Querier, id string, now time.Time) ([]string, error) {
 	if _, err := q.Exec(ctx, `UPDATE plugins SET status = 'deleted', deleted_at = $2, updated_at = $2
 		WHERE id = $1 AND status <> 'deleted'`, id, now); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := q.Exec(ctx, `UPDATE marketplace_plugins SET removed_at = $2 WHERE plugin_id = $1 AND removed_at IS NULL`, id, now)
-	return err
+	rows, err := q.Query(ctx, `UPDATE marketplace_plugins SET removed_at = $2 WHERE plugin_id = $1 AND removed_at IS NULL
+		RETURNING marketplace_id`, id, now)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	slices.Sort(ids)
+	return ids, err
 }
 
 // PluginRank is a member's rank on a plugin: the lowest of their ranks on the
