@@ -157,11 +157,14 @@ func (s *Server) updateMember(c *Call) error {
 		if target, err = c.targetMember(tx); err != nil {
 			return err
 		}
-		if target.Role == *in.Role {
-			return nil
-		}
+		// The owner rule first, also for a PATCH that changes nothing: an admin who
+		// sends an owner's own role touches the owner role too, and is refused as for
+		// any other role (before, such a PATCH answered 200 as if it were allowed).
 		if err := c.guardOwners(tx, target, *in.Role); err != nil {
 			return err
+		}
+		if target.Role == *in.Role {
+			return nil
 		}
 		if err := store.SetMemberRole(c.Ctx, tx, target.ID, *in.Role); err != nil {
 			return err

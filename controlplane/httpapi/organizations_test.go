@@ -277,6 +277,33 @@ func TestMembers(t *testing.T) {
 	e.Do(t, "DELETE", "/v1/members/"+admin.MemberID, nil, o.As()...).Expect(t, http.StatusNoContent)
 }
 
+// TestOnlyOwnersTouchAnOwnerEvenWithoutAChange: a PATCH naming an owner's own role
+// ("owner") changes nothing, but it is still a write of the owner role, which only owners
+// make (API.md, the OpenAPI summary): an admin, by session or API key, is refused 403 as
+// for any other role, where before the unchanged role was answered 200 before the rule
+// was asked. An owner still gets 200, and a plain role left unchanged still answers 200.
+func TestOnlyOwnersTouchAnOwnerEvenWithoutAChange(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	second := e.AddMember(t, o, "dee", "admin")
+	e.Do(t, "PATCH", "/v1/members/"+second.MemberID, map[string]string{"role": "owner"}, o.As()...).Expect(t, http.StatusOK)
+	admin := e.AddMember(t, o, "cat", "admin")
+	bob := e.AddMember(t, o, "bob", "member")
+
+	for _, as := range [][]apitest.Opt{admin.As(), {apitest.Key(e.APIKey(t, admin))}} {
+		for _, owner := range []apitest.Member{o, second} {
+			e.Do(t, "PATCH", "/v1/members/"+owner.MemberID, map[string]string{"role": "owner"}, as...).
+				ExpectError(t, http.StatusForbidden, "forbidden")
+		}
+	}
+	if n := count(t, e, "members", "organization_id = $1 AND role = 'owner' AND removed_at IS NULL", o.OrgID); n != 2 {
+		t.Fatalf("%d owners, want 2", n)
+	}
+	e.Do(t, "PATCH", "/v1/members/"+second.MemberID, map[string]string{"role": "owner"}, o.As()...).Expect(t, http.StatusOK)
+	e.Do(t, "PATCH", "/v1/members/"+bob.MemberID, map[string]string{"role": "member"}, admin.As()...).Expect(t, http.StatusOK)
+}
+
 func TestTeams(t *testing.T) {
 	t.Parallel()
 	e := apitest.New(t)
