@@ -303,6 +303,9 @@ func (s *Server) adminSetCapabilities(c *Call) error {
 	}
 	var after map[string]bool
 	err = c.Tx(func(tx pgx.Tx) error {
+		if err := c.platformAdminNow(tx); err != nil {
+			return err
+		}
 		pcs := make([]platform.CapabilityChange, len(changes))
 		requested := map[string]any{}
 		for i, ch := range changes {
@@ -334,6 +337,23 @@ func (s *Server) adminSetCapabilities(c *Call) error {
 		"organization": map[string]string{"id": orgID},
 		"capabilities": viewCapabilities(after),
 	})
+}
+
+// platformAdminNow refuses, inside tx, a caller who is no longer on the allowlist: the
+// route's gate read it before, unlocked, and another administrator may have removed them
+// since (their request waiting on the organization's lock, say). The entry is held FOR
+// SHARE until tx ends, so a removal under way is waited for and then refused here, and
+// one begun later waits for this write. Removals check their caller themselves, under
+// the lock of every entry (platform.RemoveAdmin).
+func (c *Call) platformAdminNow(tx pgx.Tx) error {
+	ok, err := store.HoldPlatformAdmin(c.Ctx, tx, c.Principal.User.EmailNormalized)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &fault.Error{Kind: fault.Forbidden, Code: "forbidden"}
+	}
+	return nil
 }
 
 // adminAudit records a platform administrator's action. The actor is the user (an
@@ -396,6 +416,9 @@ func (s *Server) addPlatformAdmin(c *Call) error {
 	var added bool
 	var a store.PlatformAdmin
 	err := c.Tx(func(tx pgx.Tx) error {
+		if err := c.platformAdminNow(tx); err != nil {
+			return err
+		}
 		var err error
 		if a, added, err = platform.AddAdmin(c.Ctx, tx, email, c.Principal.User.ID, c.now); err != nil || !added {
 			return err

@@ -958,3 +958,50 @@ func TestAdminRoutesAreDocumented(t *testing.T) {
 		t.Fatalf("routes %v, documented %v", served, documented)
 	}
 }
+
+// TestPlatformWritesUseTheCallersAllowlistingAtTheirTime: an administrator removed from
+// the allowlist while their write waited (here behind the removal itself, uncommitted)
+// is refused 403 forbidden and changes nothing, as a removal by such a caller already
+// was (platform.RemoveAdmin). Before, adding an email and setting an organization's
+// capabilities trusted the allowlist read at authentication, so the write of an
+// administrator just removed still committed.
+func TestPlatformWritesUseTheCallersAllowlistingAtTheirTime(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	org := e.NewOrg(t, "Acme")
+	writes := []struct {
+		name, method, path string
+		body               any
+		wrote              string // counts what the write would have written
+	}{
+		{"allowlist an email", "POST", "/v1/admin/platform-admins", map[string]string{"email": "accomplice@example.test"},
+			"SELECT count(*) FROM platform_admins WHERE email_normalized = 'accomplice@example.test'"},
+		{"set capabilities", "PUT", capPath(org.OrgID), map[string]any{"capabilities": map[string]any{"modelsAnalytics": true}},
+			"SELECT count(*) FROM organization_capability_overrides"},
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			rogue := newAdmin(t, e, "rogue")
+			hold := openTx(t, e)
+			if _, err := hold.Exec(context.Background(), `DELETE FROM platform_admins WHERE email_normalized = $1`, rogue.Email); err != nil {
+				t.Fatal(err)
+			}
+			answered := make(chan *apitest.Resp, 1)
+			go func() { answered <- e.Do(t, w.method, w.path, w.body, apitest.Session(rogue.Token)) }()
+			awaitLockWaits(t, e, 1)
+			if err := hold.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if r := <-answered; r.Status != http.StatusForbidden || strings.TrimSpace(string(r.Body)) != `{"error":"forbidden"}` {
+				t.Fatalf("answered %d %s, want 403 {\"error\":\"forbidden\"}", r.Status, r.Body)
+			}
+			var n int
+			if err := e.Store.Pool.QueryRow(context.Background(), w.wrote).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Fatalf("the refused write wrote %d rows", n)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -235,6 +236,19 @@ func LockPlatformAdmins(ctx context.Context, q Querier) ([]string, error) {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// HoldPlatformAdmin reads an allowlist entry FOR SHARE and tells whether it is there: a
+// platform administrator's write checks, inside its transaction, that its caller is
+// still allowlisted. A removal under way (its DELETE) is waited for and then seen, and
+// one begun later waits for the write.
+func HoldPlatformAdmin(ctx context.Context, q Querier, emailNormalized string) (bool, error) {
+	var one int
+	err := q.QueryRow(ctx, `SELECT 1 FROM platform_admins WHERE email_normalized = $1 FOR SHARE`, emailNormalized).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // RemovePlatformAdmin takes an email off the allowlist and reports whether it was there.
