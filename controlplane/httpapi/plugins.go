@@ -314,7 +314,7 @@ func (s *Server) updatePlugin(c *Call) error {
 	var view pluginView
 	err = c.Tx(func(tx pgx.Tx) error {
 		pl, err := c.pluginForChange(tx, id, store.RankEditor,
-			"Changing a plugin needs an editor or manager grant on every marketplace that contains it.")
+			"Changing a plugin needs an editor or manager grant on every marketplace that contains it, one of which an owner or admin put it in.")
 		if err != nil {
 			return err
 		}
@@ -347,7 +347,7 @@ func (s *Server) deletePlugin(c *Call) error {
 	var view pluginView
 	err = c.Tx(func(tx pgx.Tx) error {
 		pl, err := c.pluginForChange(tx, id, store.RankManager,
-			"Deleting a plugin needs a manager grant on every marketplace that contains it.")
+			"Deleting a plugin needs a manager grant on every marketplace that contains it, one of which an owner or admin put it in.")
 		if err != nil {
 			return err
 		}

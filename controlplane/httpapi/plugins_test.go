@@ -321,7 +321,7 @@ func TestPluginRankIsLowestOverItsMarketplaces(t *testing.T) {
 	p := newPluginWith(t, e, owner, map[string]any{"name": "Vetted", "sourceRepositoryUrl": "https://github.com/acme/vetted"})["id"].(string)
 	addPlugin(t, e, official, map[string]any{"pluginId": p}, owner.As()...).Expect(t, http.StatusCreated)
 	mine := newPlugin(t, e, owner, "Bob's own")
-	addPlugin(t, e, sandbox, map[string]any{"pluginId": mine}, bob.As()...).Expect(t, http.StatusCreated)
+	addPlugin(t, e, sandbox, map[string]any{"pluginId": mine}, owner.As()...).Expect(t, http.StatusCreated)
 
 	patch := map[string]any{"sourceRepositoryUrl": "https://evil.example/x"}
 	e.Do(t, "PATCH", "/v1/plugins/"+p, patch, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
@@ -345,9 +345,43 @@ func TestPluginRankIsLowestOverItsMarketplaces(t *testing.T) {
 	e.Do(t, "DELETE", "/v1/plugins/"+p, nil, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
 	setGrants(t, e, owner, official, memberGrant(bob, "manager"))
 	e.Do(t, "DELETE", "/v1/plugins/"+p, nil, bob.As()...).Expect(t, http.StatusOK)
-	// A plugin only his marketplace distributes is his to change; owners keep every right.
+	// A plugin only his marketplace distributes, put there by the owner, is his to change;
+	// owners keep every right.
 	e.Do(t, "PATCH", "/v1/plugins/"+mine, map[string]any{"name": "Bob's own 2"}, bob.As()...).Expect(t, http.StatusOK)
 	e.Do(t, "PATCH", "/v1/plugins/"+mine, map[string]any{"name": "Bob's own 3"}, owner.As()...).Expect(t, http.StatusOK)
+}
+
+// TestMembersCannotAdoptAPluginNoAdminDistributed: a plugin in no marketplace (an admin's
+// draft, one taken out of Official for a while) is changed by owners and admins only. An
+// editor may add it to a marketplace they edit (the specification's add answers 201), and
+// it was then in their marketplaces alone, so they could rewrite its source or delete it
+// in two requests; two editors could hand it to each other the same way. Only a
+// marketplace an owner or admin put it in makes it members' to care for.
+func TestMembersCannotAdoptAPluginNoAdminDistributed(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, owner, "bob", "member")
+	carol := e.AddMember(t, owner, "carol", "member")
+	sandbox := newMarketplace(t, e, owner, "Bob's sandbox")
+	shared := newMarketplace(t, e, owner, "Shared")
+	setGrants(t, e, owner, sandbox, memberGrant(bob, "manager"))
+	setGrants(t, e, owner, shared, memberGrant(bob, "manager"), memberGrant(carol, "editor"))
+	draft := newPluginWith(t, e, owner, map[string]any{"name": "Draft", "sourceRepositoryUrl": "https://github.com/acme/draft"})["id"].(string)
+	handed := newPlugin(t, e, owner, "Handed over")
+	patch := map[string]any{"sourceRepositoryUrl": "https://evil.example/x"}
+
+	addPlugin(t, e, sandbox, map[string]any{"pluginId": draft}, bob.As()...).Expect(t, http.StatusCreated)
+	addPlugin(t, e, shared, map[string]any{"pluginId": handed}, carol.As()...).Expect(t, http.StatusCreated)
+	before := digest(t, e)
+	for _, p := range []string{draft, handed} {
+		e.Do(t, "PATCH", "/v1/plugins/"+p, patch, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+		e.Do(t, "DELETE", "/v1/plugins/"+p, nil, bob.As()...).ExpectError(t, http.StatusForbidden, "forbidden")
+	}
+	expectNoWrites(t, e, before)
+	// Once the owner distributes it where bob manages, it is his to care for.
+	addPlugin(t, e, shared, map[string]any{"pluginId": draft}, owner.As()...).Expect(t, http.StatusCreated)
+	e.Do(t, "PATCH", "/v1/plugins/"+draft, map[string]any{"name": "Draft 2"}, bob.As()...).Expect(t, http.StatusOK)
 }
 
 // TestDeletePluginNeedsFreshSignIn: deleting a plugin takes it out of every marketplace,

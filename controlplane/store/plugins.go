@@ -165,11 +165,17 @@ func DeletePlugin(ctx context.Context, q Querier, id string, now time.Time) ([]s
 // RankNone when it is in no marketplace or in one they hold no rank on. The lowest, not
 // the highest: an editor may add any plugin of the organization to their own
 // marketplace, and that must not give them a say over a plugin that other marketplaces
-// distribute.
+// distribute. And RankNone unless an owner or admin (one still) put it in at least one of
+// them: an editor could otherwise add a plugin in no marketplace (an admin's draft, a
+// plugin taken out of Official for a while) to their own and rewrite its source, in two
+// requests, or two editors could hand each other one; distributing it is an owner's or
+// admin's word that members may care for it.
 func PluginRank(ctx context.Context, q Querier, pluginID, memberID string) (int, error) {
 	var rank int
-	err := q.QueryRow(ctx, `SELECT coalesce(min(r.rank), 0)
-		FROM marketplace_plugins mp CROSS JOIN LATERAL (
+	err := q.QueryRow(ctx, `SELECT CASE WHEN coalesce(bool_or(added.role IN ('owner', 'admin') AND added.removed_at IS NULL), false)
+			THEN coalesce(min(r.rank), 0) ELSE 0 END
+		FROM marketplace_plugins mp LEFT JOIN members added ON added.id = mp.created_by_member_id
+		CROSS JOIN LATERAL (
 			SELECT coalesce(max(`+grantRank+`), 0) AS rank FROM marketplace_grants g
 			WHERE g.marketplace_id = mp.marketplace_id AND `+grantReaches("$2")+`) r
 		WHERE mp.plugin_id = $1 AND mp.removed_at IS NULL`, pluginID, memberID).Scan(&rank)
