@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -394,10 +395,15 @@ func (s *Server) replaceModelPrices(c *Call) error {
 		if err := c.managerNow(tx, store.ForShare); err != nil {
 			return err
 		}
+		before, err := store.LockModelPrices(c.Ctx, tx, c.OrgID())
+		if err != nil {
+			return err
+		}
 		if err := store.ReplaceModelPrices(c.Ctx, tx, c.OrgID(), ps, c.now); err != nil {
 			return err
 		}
-		if err := c.Audit(tx, "model_prices.replace", c.OrgID(), map[string]any{"models": len(ps)}); err != nil {
+		if err := c.Audit(tx, "model_prices.replace", c.OrgID(), map[string]any{"models": len(ps),
+			"changes": priceChanges(before, ps)}); err != nil {
 			return err
 		}
 		// The mirror records carry the organization's price keys (for the unpriced-model
@@ -405,7 +411,6 @@ func (s *Server) replaceModelPrices(c *Call) error {
 		if err := s.rewriteOrgRecords(c, tx); err != nil {
 			return err
 		}
-		var err error
 		if out, err = store.ListModelPrices(c.Ctx, tx, c.OrgID()); err != nil {
 			return err
 		}
@@ -416,6 +421,59 @@ func (s *Server) replaceModelPrices(c *Call) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, viewModelPrices(out, f, true, false, s.clock.Now()))
+}
+
+// auditPrice is a price as audit events record it (the API's field names; a null cache
+// write prices cache writes as input).
+func auditPrice(in, out, cached int64, write *int64) map[string]any {
+	return map[string]any{"inputMicroUsdPerMillion": in, "outputMicroUsdPerMillion": out, "cachedInputMicroUsdPerMillion": cached,
+		"cacheWriteMicroUsdPerMillion": write}
+}
+
+// auditFallback is a fallback price as audit events record it, nil for the default.
+func auditFallback(f *store.FallbackPrice) map[string]any {
+	if f == nil {
+		return nil
+	}
+	return auditPrice(f.InputPerMillion, f.OutputPerMillion, f.CachedInputPerMillion, f.CacheWritePerMillion)
+}
+
+// priceChanges are the models a replacement of before by after adds, changes or removes,
+// by model name, each with its prices before and after (nil where it had or has none):
+// model_prices.replace records them, so that the trail tells who set the price a
+// member was charged, as every write's event tells its values before and after.
+func priceChanges(before, after []store.ModelPrice) []map[string]any {
+	view := func(p *store.ModelPrice) map[string]any {
+		if p == nil {
+			return nil
+		}
+		return auditPrice(p.InputPerMillion, p.OutputPerMillion, p.CachedInputPerMillion, p.CacheWritePerMillion)
+	}
+	old := map[string]*store.ModelPrice{}
+	for i := range before {
+		old[before[i].Model] = &before[i]
+	}
+	next := map[string]*store.ModelPrice{}
+	for i := range after {
+		next[after[i].Model] = &after[i]
+	}
+	names := slices.Sorted(maps.Keys(old))
+	for m := range next {
+		if old[m] == nil {
+			names = append(names, m)
+		}
+	}
+	slices.Sort(names) // every model once, by name
+	out := []map[string]any{}
+	for _, m := range names {
+		b, a := old[m], next[m]
+		if b != nil && a != nil && b.InputPerMillion == a.InputPerMillion && b.OutputPerMillion == a.OutputPerMillion &&
+			b.CachedInputPerMillion == a.CachedInputPerMillion && reflect.DeepEqual(b.CacheWritePerMillion, a.CacheWritePerMillion) {
+			continue
+		}
+		out = append(out, map[string]any{"model": m, "before": view(b), "after": view(a)})
+	}
+	return out
 }
 
 // getFallbackPrice answers the organization's fallback price: its own (source
@@ -446,15 +504,19 @@ func (s *Server) setFallbackPrice(c *Call) error {
 		if err := c.managerNow(tx, store.ForShare); err != nil {
 			return err
 		}
+		before, err := store.GetFallbackPrice(c.Ctx, tx, c.OrgID())
+		if err != nil {
+			return err
+		}
 		if err := store.SetFallbackPrice(c.Ctx, tx, c.OrgID(), f, c.now); err != nil {
 			return err
 		}
-		if err := c.Audit(tx, "model_prices.fallback.set", c.OrgID(), map[string]any{"inputMicroUsdPerMillion": f.InputPerMillion,
-			"outputMicroUsdPerMillion": f.OutputPerMillion, "cachedInputMicroUsdPerMillion": f.CachedInputPerMillion,
-			"cacheWriteMicroUsdPerMillion": f.CacheWritePerMillion}); err != nil {
+		// The new price's fields, as before, and the price it replaced (null: the default).
+		details := auditPrice(f.InputPerMillion, f.OutputPerMillion, f.CachedInputPerMillion, f.CacheWritePerMillion)
+		details["before"] = auditFallback(before)
+		if err := c.Audit(tx, "model_prices.fallback.set", c.OrgID(), details); err != nil {
 			return err
 		}
-		var err error
 		out, err = store.GetFallbackPrice(c.Ctx, tx, c.OrgID())
 		return err
 	})
@@ -471,11 +533,15 @@ func (s *Server) resetFallbackPrice(c *Call) error {
 		if err := c.managerNow(tx, store.ForShare); err != nil {
 			return err
 		}
+		before, err := store.GetFallbackPrice(c.Ctx, tx, c.OrgID())
+		if err != nil {
+			return err
+		}
 		removed, err := store.DeleteFallbackPrice(c.Ctx, tx, c.OrgID())
 		if err != nil || !removed {
 			return err
 		}
-		return c.Audit(tx, "model_prices.fallback.reset", c.OrgID(), nil)
+		return c.Audit(tx, "model_prices.fallback.reset", c.OrgID(), map[string]any{"before": auditFallback(before)})
 	})
 	if err != nil {
 		return err

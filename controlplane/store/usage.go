@@ -718,6 +718,21 @@ func ListModelPrices(ctx context.Context, q Querier, orgID string) ([]ModelPrice
 	})
 }
 
+// LockModelPrices lists an organization's prices by model name, locking them until the
+// transaction ends: the table a replacement (ReplaceModelPrices) then changes, for its
+// audit event's values before. A concurrent replacement of the same rows waits.
+func LockModelPrices(ctx context.Context, q Querier, orgID string) ([]ModelPrice, error) {
+	rows, err := q.Query(ctx, `SELECT `+modelPriceColumns+` FROM usage_model_prices p WHERE p.organization_id = $1 ORDER BY p.model FOR UPDATE`, orgID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ModelPrice, error) {
+		var p ModelPrice
+		err := r.Scan(p.scanTargets()...)
+		return p, err
+	})
+}
+
 // ReplaceModelPrices makes the organization's price table exactly ps, with each row's
 // match key computed by pricecatalog.Key. Rows whose prices did not change keep their
 // updatedAt.
