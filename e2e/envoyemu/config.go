@@ -40,6 +40,10 @@ type Config struct {
 	BufferLimit int
 	// LocalReply are the connection manager's local_reply_config mappers (rewrite).
 	LocalReply []replyMapper
+	// Upgrades are the upgrade types (lower-case) of the connection manager's enabled
+	// upgrade_configs: a request asking for any other upgrade is answered 403 before any
+	// filter sees it, as Envoy answers it (upgrade_failed).
+	Upgrades []string
 }
 
 // Filter is one HTTP filter; exactly one of its configurations is set.
@@ -151,6 +155,15 @@ func Load(yamlOrJSON []byte, listener string) (*Config, error) {
 		bad("%v", err)
 	} else {
 		cfg.LocalReply = lr
+	}
+
+	for _, u := range hcm.GetUpgradeConfigs() {
+		if len(u.GetFilters()) > 0 {
+			bad("upgrade_configs %s: a filter chain of its own is not emulated", u.GetUpgradeType())
+		}
+		if u.GetEnabled() == nil || u.GetEnabled().GetValue() {
+			cfg.Upgrades = append(cfg.Upgrades, strings.ToLower(u.GetUpgradeType()))
+		}
 	}
 
 	routerSeen := false

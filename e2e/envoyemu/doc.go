@@ -57,6 +57,13 @@
 // (ext_authz's failure is ext_authz_error, its denial ext_authz_denied), with the
 // mapper's headers_to_add and a body_format_override without format operators.
 //
+// A request asking for an upgrade (Upgrade, with upgrade among its Connection options;
+// h2c is dropped, as Envoy's HTTP/1 codec drops it)
+// that the connection manager's upgrade_configs do not name is answered 403 with no body
+// (upgrade_failed) before any filter, as Envoy answers it; one they name goes through the
+// filters with its Upgrade and Connection headers, and is answered 502 and counted a
+// problem should it reach the router (the tunnel is not emulated).
+//
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
 // routes matched by prefix or path (per-route filter configs can disable a filter,

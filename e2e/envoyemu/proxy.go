@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,6 +150,9 @@ type exchange struct {
 	body     []byte  // the body, once held whole
 	buffered bool    // body holds the whole body
 	noBody   bool    // the request ended with its headers
+	// upgrade is the upgrade the request asks for (its Upgrade header, with upgrade
+	// among its Connection options), lower-case, "" for none.
+	upgrade string
 
 	active  []*activeFilter // the filters the request passed, in order
 	respAdd []respHeader    // ext_authz response_headers_to_add
@@ -238,9 +242,16 @@ func (x *exchange) requestHeaders() {
 	r := x.r
 	h := headers{{":authority", r.Host}, {":path", r.URL.RequestURI()}, {":method", r.Method}, {":scheme", "http"}}
 	client := fromHTTP(r.Header)
+	x.upgrade = upgradeOf(client)
 	client.dropHopByHop()
 	client.del("host")
 	h = append(h, client...)
+	if x.upgrade != "" {
+		// An upgrade's own headers stay on the request the filters see (and the router
+		// would send on), as Envoy keeps them.
+		h.set("connection", "Upgrade")
+		h.set("upgrade", r.Header.Get("Upgrade"))
+	}
 	if _, ok := h.get("content-length"); !ok && r.ContentLength > 0 {
 		h.add("content-length", strconv.FormatInt(r.ContentLength, 10))
 	}
@@ -255,6 +266,12 @@ func (x *exchange) requestHeaders() {
 
 func (x *exchange) run() {
 	x.requestHeaders()
+	if x.upgrade != "" && !slices.Contains(x.p.cfg.Upgrades, x.upgrade) {
+		// Envoy's connection manager refuses an upgrade its upgrade_configs do not name
+		// before the filter chain runs: 403, no body.
+		x.localReply(http.StatusForbidden, nil, "", "upgrade_failed")
+		return
+	}
 	x.route = x.p.cfg.match(x.req.value(":path"))
 	if x.route == nil {
 		x.localReply(http.StatusNotFound, nil, "", "route_not_found")
@@ -340,9 +357,34 @@ func (x *exchange) localReply(status int, hs headers, body, details string) {
 	_, _ = io.WriteString(x.w, body)
 }
 
+// upgradeOf is the upgrade a request's headers ask for, lower-case: its Upgrade header's
+// value when its Connection header names upgrade (Envoy's isUpgrade); "" for none.
+func upgradeOf(h headers) string {
+	up, ok := h.get("upgrade")
+	c, _ := h.get("connection")
+	if !ok || up == "" {
+		return ""
+	}
+	if strings.EqualFold(strings.TrimSpace(up), "h2c") {
+		return "" // Envoy's HTTP/1 codec drops an h2c upgrade and serves the request
+	}
+	for _, o := range strings.Split(c, ",") {
+		if strings.EqualFold(strings.TrimSpace(o), "upgrade") {
+			return strings.ToLower(strings.TrimSpace(up))
+		}
+	}
+	return ""
+}
+
 // forward sends the request upstream and streams the answer back through the filters'
 // encoder side, in reverse order.
 func (x *exchange) forward() {
+	if x.upgrade != "" {
+		// The tunnel an upgrade becomes is not played.
+		x.p.problem("an upgrade (%s) that passed the filters: tunnelling it is not emulated", x.upgrade)
+		x.localReply(http.StatusBadGateway, nil, "", "envoyemu_upgrade_not_emulated")
+		return
+	}
 	base, ok := x.p.clusters[x.route.Cluster]
 	if !ok {
 		x.localReply(http.StatusServiceUnavailable, nil, "no healthy upstream", "no_healthy_upstream")
