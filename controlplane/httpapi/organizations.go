@@ -58,10 +58,10 @@ func (s *Server) createOrganization(c *Call) error {
 		if err := store.CreateMember(c.Ctx, tx, owner); err != nil {
 			return err
 		}
-		if c.Principal.User.ActiveOrganizationID == nil {
-			if err := store.SetActiveOrganization(c.Ctx, tx, owner.UserID, &org.ID, c.now); err != nil {
-				return err
-			}
+		// As acceptInvitation: on the user's row as it is now.
+		if set, err := store.SetActiveOrganizationIfNone(c.Ctx, tx, owner.UserID, org.ID, c.now); err != nil {
+			return err
+		} else if set {
 			s.activeOrganizationChanged(c, owner.UserID)
 		}
 		c.Member = &owner
@@ -228,10 +228,12 @@ func (s *Server) acceptInvitation(c *Call) error {
 		if err := store.AcceptInvitation(c.Ctx, tx, inv.ID, member.ID, c.now); err != nil {
 			return err
 		}
-		if user.ActiveOrganizationID == nil {
-			if err := store.SetActiveOrganization(c.Ctx, tx, user.ID, &org.ID, c.now); err != nil {
-				return err
-			}
+		// On the user's row as it is now, not as authentication read it: a removal from
+		// their active organization committing meanwhile leaves them none, and this join
+		// is then the one they act in.
+		if set, err := store.SetActiveOrganizationIfNone(c.Ctx, tx, user.ID, org.ID, c.now); err != nil {
+			return err
+		} else if set {
 			s.activeOrganizationChanged(c, user.ID)
 		}
 		c.Member = &member

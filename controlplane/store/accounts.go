@@ -95,6 +95,27 @@ func SetActiveOrganization(ctx context.Context, q Querier, userID string, orgID 
 	return err
 }
 
+// SetActiveOrganizationIfNone makes orgID the user's active organization when they have
+// none, deciding on the user's row as it is when the update runs (a switch or a removal
+// committing meanwhile is waited for and seen), and reports whether it did. The row read
+// at authentication is not enough: a removal from the active organization committing in
+// between clears it, and a join decided on the old row left the user with none.
+func SetActiveOrganizationIfNone(ctx context.Context, q Querier, userID, orgID string, now time.Time) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE users SET active_organization_id = $2, updated_at = $3
+		WHERE id = $1 AND active_organization_id IS NULL`, userID, orgID, now)
+	return tag.RowsAffected() == 1, err
+}
+
+// ClearActiveOrganization leaves the user without an active organization if it is still
+// orgID (they were removed from it), and reports whether it did. Deciding on the row as
+// it is when the update runs keeps a switch to another organization that committed after
+// the caller read the user.
+func ClearActiveOrganization(ctx context.Context, q Querier, userID, orgID string, now time.Time) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE users SET active_organization_id = NULL, updated_at = $3
+		WHERE id = $1 AND active_organization_id = $2`, userID, orgID, now)
+	return tag.RowsAffected() == 1, err
+}
+
 // Session is a signed-in user's bearer token (stored as a hash).
 type Session struct {
 	ID              string
