@@ -57,3 +57,39 @@ func TestAcceptWhileRemovedFromTheActiveOrganization(t *testing.T) {
 		t.Fatalf("active organization %q after joining Beta (%s), removed from Acme", got, beta.OrgID)
 	}
 }
+
+// A user who switches to another organization while being removed from their active
+// one keeps the one they switched to: the removal clears the active organization only
+// while it still names the organization they are removed from. Before, it cleared it on
+// what it had read before the switch committed, and the user's sessions acted as nobody.
+func TestSwitchElsewhereWhileRemoved(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	ctx := context.Background()
+	acme := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, acme, "bob", "member") // Acme is his active organization
+	home := e.CreateOrg(t, bob.User, "Home")
+	if got := activeOrganization(t, e, bob.ID); got != acme.OrgID {
+		t.Fatalf("active organization %q, want Acme", got)
+	}
+
+	// The removal reads the user, then waits for their row, which the switch holds.
+	hold := openTx(t, e)
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM users WHERE id = $1 FOR UPDATE`, bob.ID); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan *apitest.Resp, 1)
+	go func() { answered <- e.Do(t, "DELETE", "/v1/members/"+bob.MemberID, nil, acme.As()...) }()
+	awaitLockWaits(t, e, 1)
+	// The switch the user made meanwhile (PUT /v1/me/active-organization writes this).
+	if _, err := hold.Exec(ctx, `UPDATE users SET active_organization_id = $2 WHERE id = $1`, bob.ID, home.OrgID); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	(<-answered).Expect(t, http.StatusNoContent)
+	if got := activeOrganization(t, e, bob.ID); got != home.OrgID {
+		t.Fatalf("active organization %q after switching to Home (%s)", got, home.OrgID)
+	}
+}

@@ -209,17 +209,14 @@ func (s *Server) removeMember(c *Call) error {
 // and runs the usage-limit entitlement fence (their pending extension requests expire,
 // their current buckets lose any extension), all in the removal's transaction.
 func (s *Server) onMemberRemoved(c *Call, tx pgx.Tx, target store.Member) error {
-	u, err := store.UserByID(c.Ctx, tx, target.UserID)
-	if err != nil {
+	// Only while it still names this organization, on the user's row as it is when the
+	// update runs: a switch elsewhere committing after a read of it stays.
+	if cleared, err := store.ClearActiveOrganization(c.Ctx, tx, target.UserID, target.OrganizationID, c.now); err != nil {
 		return err
-	}
-	if u.ActiveOrganizationID != nil && *u.ActiveOrganizationID == target.OrganizationID {
-		if err := store.SetActiveOrganization(c.Ctx, tx, u.ID, nil, c.now); err != nil {
-			return err
-		}
+	} else if cleared {
 		// The member invalidation covers the sessions cached as this member; this one
 		// covers any cached otherwise (they now resolve to nobody).
-		s.activeOrganizationChanged(c, u.ID)
+		s.activeOrganizationChanged(c, target.UserID)
 	}
 	return s.fenceMemberRemoved(c, tx, target)
 }
