@@ -227,7 +227,9 @@ func check(ctx context.Context, tx pgx.Tx, r Request, now time.Time) (Answer, []
 			existing = append(existing, row.RequestID)
 		}
 	}
-	states, err := store.StartStates(ctx, tx, existing)
+	// Request ids are global: one may be another organization's, whose state is not
+	// the caller's to read (it reads as unknown).
+	states, err := store.StartStates(ctx, tx, r.OrganizationID, existing)
 	if err != nil {
 		return Answer{}, nil, err
 	}
@@ -311,7 +313,11 @@ func check(ctx context.Context, tx pgx.Tx, r Request, now time.Time) (Answer, []
 			}
 		}
 		if memberOK[it.MemberID] && !inserted[it.RequestID] {
-			refuse(i, AlreadyRecorded, "the request already has a start (%s): it is charged, recovered or still pending", states[it.RequestID])
+			state, ok := states[it.RequestID]
+			if !ok {
+				state = "unknown"
+			}
+			refuse(i, AlreadyRecorded, "the request already has a start (%s): it is charged, recovered or still pending", state)
 		}
 		for _, b := range ans.Results[i].Buckets {
 			row, ok := buckets[b.BucketID]

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,4 +316,39 @@ func TestQuarantinedCostIsChargedWhenTheSnapshotCreatesTheEvent(t *testing.T) {
 		t.Fatalf("day used %d after the reconciliation, want 5000", got)
 	}
 	accountingtest.Check(t, f.e.Store)
+}
+
+// A request id whose start belongs to another organization is refused as already
+// recorded, but the message reads its state as unknown: the caller's organization
+// learns nothing of the other's request (before, it read "pending").
+func TestAlreadyRecordedHidesAnotherOrganizationsState(t *testing.T) {
+	f := setup(t)
+	now := f.e.Clock.Now()
+	otherOrg, otherMembers := f.e.Org(t, 1)
+	id := accountingtest.ReqID()
+	if _, err := f.e.Ledger.Start(f.e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(id, otherOrg, otherMembers[0], now.Add(-time.Minute), 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'no_snapshot', $2, $3, '{}', $4, $4)`, id, f.org, f.member, now); err != nil {
+		t.Fatal(err)
+	}
+	ans := f.reconcile(t, false, reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: now.Add(-time.Minute), Cost: 1})
+	r := ans.Results[0]
+	if r.Outcome != reconcile.AlreadyRecorded || !strings.Contains(r.Message, "(unknown)") || strings.Contains(r.Message, "(pending)") {
+		t.Fatalf("another organization's start: %+v, want already_recorded with its state unknown", r)
+	}
+	// The caller's own start still says its state.
+	ownID := accountingtest.ReqID()
+	if _, err := f.e.Ledger.Start(f.e.Ctx, []*internalv1.StartItem{accountingtest.StartItem(ownID, f.org, f.member, now.Add(-time.Minute), 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'no_snapshot', $2, $3, '{}', $4, $4)`, ownID, f.org, f.member, now); err != nil {
+		t.Fatal(err)
+	}
+	ans = f.reconcile(t, false, reconcile.Item{RequestID: ownID, MemberID: f.member, AdmittedAt: now.Add(-time.Minute), Cost: 1})
+	if r := ans.Results[0]; r.Outcome != reconcile.AlreadyRecorded || !strings.Contains(r.Message, "(pending)") {
+		t.Fatalf("the organization's own pending start: %+v", r)
+	}
 }

@@ -125,9 +125,11 @@ func InsertClosedStarts(ctx context.Context, tx pgx.Tx, rows []StartInsert, now 
 	return out, err
 }
 
-// StartStates are the states of the starts among ids that exist (any organization).
-func StartStates(ctx context.Context, q Querier, ids []string) (map[string]string, error) {
-	rows, err := q.Query(ctx, `SELECT request_id, state FROM usage_request_starts WHERE request_id = ANY($1)`, ids)
+// StartStates are the states of the organization's starts among ids: another
+// organization's start is left out, so its caller cannot read that request's state.
+func StartStates(ctx context.Context, q Querier, organizationID string, ids []string) (map[string]string, error) {
+	rows, err := q.Query(ctx, `SELECT request_id, state FROM usage_request_starts WHERE request_id = ANY($1) AND organization_id = $2`,
+		ids, organizationID)
 	if err != nil {
 		return nil, err
 	}
