@@ -1167,9 +1167,9 @@ func (p *proxied) send(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if p.log != nil {
 		p.log.upstream = p.route.Upstream.Host
 	}
-	// A body in memory goes out with its headers in one write (upstreamconn.go); an
-	// upload streams, and a request that waits for "100 Continue" sends its headers first
-	// (the transport's own test: the token in any Expect value).
+	// A body in memory goes out with its headers in one write (upstreamconn.go), with no
+	// Expect (upstreamRequest); an upload streams, and one that waits for "100 Continue"
+	// sends its headers first (the transport's own test: the token in any Expect value).
 	var held *heldRequest
 	if out.Body != nil && !p.upload && !httpguts.HeaderValuesContainsToken(out.Header["Expect"], "100-continue") {
 		held = &heldRequest{}
@@ -1436,6 +1436,13 @@ func (p *proxied) upstreamRequest(ctx context.Context, r *http.Request, body []b
 		out.Body, out.ContentLength = &releasingReader{b: body}, int64(len(body))
 	}
 	p.upstreamHeader(out.Header, r.Header, cred, false)
+	if !p.upload || r.ContentLength == 0 {
+		// The body, if any, is held whole (the client already had its 100): asking the
+		// upstream to continue only delays it, and an upstream that does not do
+		// expectations answers 417 to a request it would have served. A streamed upload
+		// keeps it: its upstream may refuse it before the body is sent.
+		out.Header.Del("Expect")
+	}
 	if p.decoded {
 		out.Header.Del("Content-Encoding") // the body goes as the gateway decoded it
 	}
