@@ -149,7 +149,11 @@ func TestPluginInvalidRequest(t *testing.T) {
 		{"manifest that jsonb cannot hold", map[string]any{"name": "n", "manifest": json.RawMessage(strings.Replace(manifest, `"x"`, `"\u0000"`, 1))},
 			[]any{"manifest", "source", "vendorHint"}},
 		{"manifest with an unpaired surrogate", map[string]any{"name": "n", "manifest": json.RawMessage(strings.Replace(manifest, `"x"`, `"\udead"`, 1))},
-			[]any{"manifest"}},
+			[]any{"manifest", "source", "vendorHint"}},
+		// encoding/json would store an unpaired surrogate escape as U+FFFD, a character
+		// the client never sent: refused in the plugin's own fields as in its manifest.
+		{"unpaired surrogate in name", json.RawMessage(`{"name":"\ud800"}`), []any{"name"}},
+		{"unpaired surrogate in description", json.RawMessage(`{"name":"n","description":"a\udc00"}`), []any{"description"}},
 	}
 	before := digest(t, e)
 	for _, tc := range cases {
@@ -159,14 +163,14 @@ func TestPluginInvalidRequest(t *testing.T) {
 			if !reflect.DeepEqual(first["path"], tc.path) {
 				t.Fatalf("path %v, want %v (%v)", first["path"], tc.path, body)
 			}
-			if tc.path[0] != "name" { // the same rules guard updates
-				patch := tc.body.(map[string]any)
+			if patch, ok := tc.body.(map[string]any); ok && tc.path[0] != "name" { // the same rules guard updates
 				delete(patch, "name")
 				e.Do(t, "PATCH", "/v1/plugins/"+id, patch, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 			}
 		})
 	}
 	e.Do(t, "PATCH", "/v1/plugins/"+id, map[string]any{"name": nil}, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	e.Do(t, "PATCH", "/v1/plugins/"+id, json.RawMessage(`{"description":"\ud800 x"}`), owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	e.Do(t, "PATCH", "/v1/plugins/plg_1", map[string]any{}, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	e.Do(t, "GET", "/v1/plugins/mkt_1", nil, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
 	e.Do(t, "DELETE", "/v1/plugins/x", nil, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")

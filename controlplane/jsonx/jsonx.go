@@ -147,8 +147,8 @@ func DecodeBytes(body []byte, dst any) error {
 }
 
 // check walks body once, token by token, against the type dst points to. It refuses, at
-// the first offending place in document order: a string (key or value) holding a NUL,
-// syntax errors, a key that is not exactly the JSON name of a field, a repeated key, a
+// the first offending place in document order: a string (key or value) holding a NUL
+// or an unpaired UTF-16 surrogate escape, syntax errors, a key that is not exactly the JSON name of a field, a repeated key, a
 // value of the wrong JSON kind (an integer field needs an integral number in range),
 // null as the whole body, and data after the value.
 func check(body []byte, dst reflect.Type) error {
@@ -157,7 +157,8 @@ func check(body []byte, dst reflect.Type) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	w := &walker{dec: dec, nul: bytes.Contains(body, []byte(`\u0000`))}
+	w := &walker{dec: dec, body: body, nul: bytes.Contains(body, []byte(`\u0000`)),
+		surrogates: bytes.Contains(body, []byte(`\ud`)) || bytes.Contains(body, []byte(`\uD`))}
 	if err := w.value(dst.Elem(), true); err != nil {
 		return err
 	}
@@ -176,6 +177,66 @@ type walker struct {
 	// nul: the body holds the escape \u0000, so strings must be looked at (a raw NUL byte
 	// is not valid JSON; only the escape makes one).
 	nul bool
+	// surrogates: the body may hold a UTF-16 surrogate escape, so each string's raw text
+	// (body, from where the walk was to where the token ended) must be looked at.
+	// encoding/json turns an unpaired one into U+FFFD: a name sent as "\ud800" would be
+	// stored as a character its client never sent.
+	body       []byte
+	surrogates bool
+}
+
+// token reads the next token; a string holding an unpaired surrogate escape is refused
+// at path.
+func (w *walker) token(path func() []any) (json.Token, error) {
+	from := w.dec.InputOffset()
+	tok, err := w.dec.Token()
+	if err != nil {
+		return nil, notJSON()
+	}
+	if _, ok := tok.(string); ok && w.surrogates && unpairedSurrogate(w.body[from:w.dec.InputOffset()]) {
+		return nil, fault.InvalidAt("must not contain an unpaired UTF-16 surrogate escape", path()...)
+	}
+	return tok, nil
+}
+
+// unpairedSurrogate tells whether raw, valid JSON text holding at most one string (and
+// the separators before it), has a \u escape of a UTF-16 surrogate that is not a high
+// one followed at once by an escaped low one.
+func unpairedSurrogate(raw []byte) bool {
+	hex := func(at int) rune {
+		if at+4 > len(raw) {
+			return -1
+		}
+		n, err := strconv.ParseUint(string(raw[at:at+4]), 16, 32)
+		if err != nil {
+			return -1
+		}
+		return rune(n)
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' || i+1 >= len(raw) {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // the escaped character, which may be a backslash
+			continue
+		}
+		r := hex(i + 2)
+		i += 5
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+2 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+				return true
+			}
+			if lo := hex(i + 3); lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
 }
 
 func (w *walker) at(extra ...any) []any {
@@ -185,9 +246,9 @@ func (w *walker) at(extra ...any) []any {
 // value reads one value of type t (nil: any value, not checked but for NULs and
 // syntax). root is the whole body, which must not be null.
 func (w *walker) value(t reflect.Type, root bool) error {
-	tok, err := w.dec.Token()
+	tok, err := w.token(func() []any { return w.at() })
 	if err != nil {
-		return notJSON()
+		return err
 	}
 	if s, ok := tok.(string); ok && w.nul && strings.Contains(s, "\x00") {
 		return fault.InvalidAt("must not contain a NUL character (\\u0000)", w.at()...)
@@ -240,9 +301,9 @@ func (w *walker) object(t reflect.Type) error {
 	}
 	var seen map[string]bool
 	for w.dec.More() {
-		tok, err := w.dec.Token()
+		tok, err := w.token(func() []any { return w.at() })
 		if err != nil {
-			return notJSON()
+			return err
 		}
 		key, ok := tok.(string)
 		if !ok { // the decoder's grammar allows only a string here

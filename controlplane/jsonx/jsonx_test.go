@@ -40,6 +40,11 @@ func TestDecodeRefusesNULAndInvalidUTF8(t *testing.T) {
 		{"invalid UTF-8 in a string", "{\"name\":\"a\xffb\"}", "the body is not valid UTF-8", nil},
 		{"invalid UTF-8 in a raw value", "{\"manifest\":{\"k\":\"\xc3\x28\"}}", "the body is not valid UTF-8", nil},
 		{"a lone surrogate byte sequence", "{\"name\":\"\xed\xa0\x80\"}", "the body is not valid UTF-8", nil},
+		{"a lone high surrogate escape", `{"name":"\ud800"}`, "must not contain an unpaired UTF-16 surrogate escape", []any{"name"}},
+		{"a lone low surrogate escape", `{"name":"a\uDC00b"}`, "must not contain an unpaired UTF-16 surrogate escape", []any{"name"}},
+		{"a high surrogate before a non-low escape", `{"name":"\ud800\u0041"}`, "must not contain an unpaired UTF-16 surrogate escape", []any{"name"}},
+		{"a lone surrogate in a raw value", `{"manifest":{"k":["ok","\udfff"]}}`, "must not contain an unpaired UTF-16 surrogate escape", []any{"manifest", "k", 1}},
+		{"a lone surrogate in a key", `{"manifest":{"\ud800":1}}`, "must not contain an unpaired UTF-16 surrogate escape", []any{"manifest"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v body
@@ -53,7 +58,7 @@ func TestDecodeRefusesNULAndInvalidUTF8(t *testing.T) {
 	}
 	// What stays accepted: an escaped backslash before "u0000" is no NUL, other control
 	// escapes and non-ASCII text are fine.
-	for _, ok := range []string{`{"name":"a\\u0000"}`, `{"name":"tab\there é ✓ \u0001"}`, `{"manifest":{"k":"\\u0000"}}`} {
+	for _, ok := range []string{`{"name":"\ud83d\ude00 \\ud800"}`, `{"name":"a\\u0000"}`, `{"name":"tab\there é ✓ \u0001"}`, `{"manifest":{"k":"\\u0000"}}`} {
 		var v body
 		if err := DecodeBytes([]byte(ok), &v); err != nil {
 			t.Errorf("DecodeBytes(%q): %v", ok, err)
