@@ -15,7 +15,7 @@ import (
 func TestDemoBannerSaysWhatToCall(t *testing.T) {
 	d := demoOrg{OrgID: "org_demo", OrgName: demoOrgName,
 		Owner: demoUser{Email: demoOwnerEmail, Token: "tgs_owner"}, Member: demoUser{Email: demoMemberEmail, Token: "tgs_member"},
-		OwnerKey: "tgk_owner", MemberKey: "tgk_member"}
+		OwnerKey: "tgk_owner", MemberKey: "tgk_member", Admin: demoUser{Email: demoAdminEmail, Token: "tgs_admin"}}
 	for _, tc := range []struct {
 		name    string
 		blocked bool
@@ -37,6 +37,9 @@ func TestDemoBannerSaysWhatToCall(t *testing.T) {
 				"Internal token     tgi_internal", "Demo organization  Demo Inc (org_demo)",
 				"session: tgs_owner", "API key: tgk_owner", "API key: tgk_member",
 				"Try the REST API:", "/v1/members -H 'x-api-key: tgk_owner'",
+				// The allowlisted platform administrator exists and can be tried.
+				"Platform admin     admin@demo.tollgate.local / tollgate-demo-password", "session: tgs_admin",
+				"/v1/admin/organizations -H 'Authorization: Bearer tgs_admin'",
 				"grep -iE '^HTTP|^x-service|^x-codex-primary-used|^retry-after'",
 				// Each official SDK's base URL: OpenAI's carries the /v1 its paths lack,
 				// Anthropic's does not (docs/gateway.md). The demo's fake upstream answers
@@ -76,7 +79,7 @@ func TestReadmeShowsTheBanner(t *testing.T) {
 	block = block[:strings.Index(block, "```")]
 	d := demoOrg{OrgID: "org_...", OrgName: demoOrgName,
 		Owner: demoUser{Email: demoOwnerEmail, Token: "tgs_..."}, Member: demoUser{Email: demoMemberEmail, Token: "tgs_..."},
-		OwnerKey: "tgk_...", MemberKey: "tgk_..."}
+		OwnerKey: "tgk_...", MemberKey: "tgk_...", Admin: demoUser{Email: demoAdminEmail, Token: "tgs_..."}}
 	var out bytes.Buffer
 	printDemo(&out, "http://127.0.0.1:8080", d, "http://127.0.0.1:8000", "tgi_...", false)
 	out.WriteString("Press Ctrl-C to stop.\n") // what runDev prints after it

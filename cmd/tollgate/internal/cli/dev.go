@@ -216,10 +216,27 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	if err := waitReady(ctx, "http://"+c.EnforcerAdmin+"/readyz", errc); err != nil {
 		return stop(err)
 	}
+	// The demo's platform administrator, when the allowlist is the demo's: sign-up
+	// refuses an allowlisted email, so it is provisioned as an operator would, by
+	// bootstrap-admin (which sets the demo password again on every run).
+	demoAdmin := getenv("TOLLGATE_PLATFORM_ADMIN_EMAILS") == ""
+	if demoAdmin {
+		progress("provisioning the demo platform administrator")
+		if err := cpapp.Run(ctx, []string{"bootstrap-admin", "--email", demoAdminEmail, "--name", "Demo Platform Admin"}, env,
+			cpapp.IO{Stdin: strings.NewReader(demoPassword + "\n"), Stdout: io.Discard, Stderr: stdio.Stderr}); err != nil {
+			return stop(fmt.Errorf("provision the demo platform administrator: %w", err))
+		}
+	}
 	progress("seeding the demo organization")
 	d, err := seed(ctx, base)
 	if err != nil {
 		return stop(fmt.Errorf("seed demo organization: %w", err))
+	}
+	if demoAdmin {
+		c := client{ctx: ctx, base: base, setting: "--http-addr or TOLLGATE_HTTP_ADDR"}
+		if d.Admin, err = c.signIn(demoAdminEmail); err != nil {
+			return stop(fmt.Errorf("sign in the demo platform administrator: %w", err))
+		}
 	}
 	proxyURL := ""
 	switch {
@@ -418,10 +435,17 @@ func printDemo(w io.Writer, base string, d demoOrg, proxyURL, token string, bloc
 	fmt.Fprintf(w, "                     API key: %s\n", d.OwnerKey)
 	fmt.Fprintf(w, "  Member             %s / %s  (hard limit: %s USD a day)\n", d.Member.Email, demoPassword, demoDailyLimitUSD)
 	fmt.Fprintf(w, "                     API key: %s\n", d.MemberKey)
+	if d.Admin.Token != "" {
+		fmt.Fprintf(w, "  Platform admin     %s / %s\n", d.Admin.Email, demoPassword)
+		fmt.Fprintf(w, "                     session: %s\n", d.Admin.Token)
+	}
 	fmt.Fprintf(w, "\nTry the REST API:\n")
 	fmt.Fprintf(w, "  curl -s %s/v1/me -H 'x-api-key: %s'\n", base, d.MemberKey)
 	fmt.Fprintf(w, "  curl -s %s/v1/gateway/usage-limits/me -H 'x-api-key: %s'\n", base, d.MemberKey)
 	fmt.Fprintf(w, "  curl -s %s/v1/members -H 'x-api-key: %s'\n", base, d.OwnerKey)
+	if d.Admin.Token != "" {
+		fmt.Fprintf(w, "  curl -s %s/v1/admin/organizations -H 'Authorization: Bearer %s'\n", base, d.Admin.Token)
+	}
 	if proxyURL != "" {
 		call := fmt.Sprintf("curl -s -i %s/v1/chat/completions -H 'x-api-key: %s' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
 			proxyURL, d.MemberKey, demo.Model)

@@ -86,6 +86,20 @@ func TestDevStackReachesThe429(t *testing.T) {
 		t.Fatalf("keys or proxy not printed:\n%s", printed)
 	}
 
+	// The allowlisted platform administrator exists: its printed session lists the
+	// demo organization on /v1/admin/organizations.
+	adminSession := regexp.MustCompile(`(?s)Platform admin .*?session: (tgs_\S+)`).FindStringSubmatch(printed)
+	if adminSession == nil || !strings.Contains(printed, "/v1/admin/organizations -H 'Authorization: Bearer "+adminSession[1]+"'") {
+		t.Fatalf("the platform administrator is not printed:\n%s", printed)
+	}
+	var orgs struct{ Organizations []struct{ Name string } }
+	if _, err := (client{ctx: ctx, base: "http://" + env["TOLLGATE_HTTP_ADDR"], apiKey: adminSession[1]}).call("GET", "/v1/admin/organizations", "", "", nil, 200, &orgs); err != nil {
+		t.Fatal(err)
+	}
+	if len(orgs.Organizations) != 1 || orgs.Organizations[0].Name != demoOrgName {
+		t.Fatalf("the admin's organizations: %+v", orgs)
+	}
+
 	calls := 0
 	call := func() *http.Response {
 		// The first call goes to Anthropic's Messages API, the others to OpenAI's chat

@@ -36,6 +36,9 @@ type demoOrg struct {
 	OrgID, OrgName      string
 	Owner, Member       demoUser
 	OwnerKey, MemberKey string
+	// Admin is the demo's platform administrator, signed in; no token when the demo did
+	// not provision it (seed-only, or an allowlist of the operator's own).
+	Admin demoUser
 }
 
 // client calls the REST API of a running control plane.
@@ -167,6 +170,13 @@ func (c client) user(email, name string) (demoUser, error) {
 	} else if status != http.StatusCreated {
 		return demoUser{}, fmt.Errorf("sign up %s: status %d", email, status)
 	}
+	return demoUser{Email: email, Token: out.Token}, err
+}
+
+// signIn signs in an existing demo account.
+func (c client) signIn(email string) (demoUser, error) {
+	var out struct{ Token string }
+	_, err := c.call("POST", "/v1/auth/sign-in", "", "", map[string]string{"email": email, "password": demoPassword}, http.StatusOK, &out)
 	return demoUser{Email: email, Token: out.Token}, err
 }
 
