@@ -335,21 +335,7 @@ func TestDevRefusesOnePortForTwoAddresses(t *testing.T) {
 		// One port on two loopback hosts of different families is two listens.
 		{env: map[string]string{"TOLLGATE_HTTP_ADDR": "127.0.0.1:18080", "TOLLGATE_GRPC_ADDR": "[::1]:18080"}},
 	} {
-		// A database and a Redis where nothing answers, and a context already done: a
-		// refusal comes before anything connects, and a stack let through stops at once.
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		nowhere := testio.FreeAddr(t)
-		getenv := func(k string) string {
-			switch k {
-			case "TOLLGATE_DATABASE_URL":
-				return "postgres://postgres@" + nowhere + "/none?connect_timeout=1"
-			case "TOLLGATE_REDIS_URL":
-				return "redis://" + nowhere
-			}
-			return tc.env[k]
-		}
-		err := Run(ctx, append([]string{"dev"}, tc.args...), getenv, IO{Stdout: io.Discard, Stderr: io.Discard})
+		err := runDevAgainstNowhere(t, tc.args, tc.env)
 		shared := err != nil && strings.Contains(err.Error(), "needs a port of its own")
 		if shared != tc.wantShared {
 			t.Errorf("tollgate dev %v with %v: %v; want the shared port refused: %v", tc.args, tc.env, err, tc.wantShared)
@@ -367,6 +353,26 @@ func TestDevRefusesOnePortForTwoAddresses(t *testing.T) {
 	}
 }
 
+// runDevAgainstNowhere runs `tollgate dev` with args and env under a context already
+// done, with a database and a Redis where nothing answers: a refusal comes before
+// anything connects, and a stack let through stops at once, with another error.
+func runDevAgainstNowhere(t *testing.T, args []string, env map[string]string) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	nowhere := testio.FreeAddr(t)
+	getenv := func(k string) string {
+		switch k {
+		case "TOLLGATE_DATABASE_URL":
+			return "postgres://postgres@" + nowhere + "/none?connect_timeout=1"
+		case "TOLLGATE_REDIS_URL":
+			return "redis://" + nowhere
+		}
+		return env[k]
+	}
+	return Run(ctx, append([]string{"dev"}, args...), getenv, IO{Stdout: io.Discard, Stderr: io.Discard})
+}
+
 // An address of the stack that is not host:port is refused before anything starts, as a
 // command line (exit 2), naming the flag and the variable the user set. Before, the
 // proxy's address reached the enforcer as TOLLGATE_GATEWAY_ADDR and was refused under
@@ -381,21 +387,7 @@ func TestDevRefusesAMalformedAddress(t *testing.T) {
 		{env: map[string]string{"TOLLGATE_DEMO_UPSTREAM_ADDR": "127.0.0.1"}, want: `--upstream-addr (TOLLGATE_DEMO_UPSTREAM_ADDR) is "127.0.0.1"`},
 		{env: map[string]string{"TOLLGATE_HTTP_ADDR": "8080"}, want: `--http-addr (TOLLGATE_HTTP_ADDR) is "8080"`},
 	} {
-		// A context already done and nothing at the database's and Redis's addresses: a
-		// stack let through stops at once, with another error.
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		nowhere := testio.FreeAddr(t)
-		getenv := func(k string) string {
-			switch k {
-			case "TOLLGATE_DATABASE_URL":
-				return "postgres://postgres@" + nowhere + "/none?connect_timeout=1"
-			case "TOLLGATE_REDIS_URL":
-				return "redis://" + nowhere
-			}
-			return tc.env[k]
-		}
-		err := Run(ctx, append([]string{"dev"}, tc.args...), getenv, IO{Stdout: io.Discard, Stderr: io.Discard})
+		err := runDevAgainstNowhere(t, tc.args, tc.env)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not host:port") {
 			t.Errorf("tollgate dev %v with %v: %v; want it refused, naming %s", tc.args, tc.env, err, tc.want)
 			continue
