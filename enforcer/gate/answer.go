@@ -357,22 +357,26 @@ func ResponseFormatRefusal(param string) FormRefusal {
 // its own method, and a forward-auth answer cannot remove the header, as the gateway and
 // ext_authz do.
 func MethodOverrideRefusal(header string) FormRefusal {
-	return FormRefusal{Status: 400, Code: CodeMethodOverrideUnsupported, Body: mustJSON(errorBody{Error: errorObject{
-		Type: "invalid_request_error", Code: CodeMethodOverrideUnsupported,
-		Message: "The header " + header + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
-			"send the request with its own method, without the header.",
-		Details: map[string]string{"header": header}}})}
+	return methodOverrideRefusal("header", "header", header)
 }
 
 // MethodOverrideParamRefusal is /check's 400 for a query naming another method
 // (Google's $httpMethod, requestbody.MethodOverride), as MethodOverrideRefusal is for a
 // header: the gateway and ext_authz drop the parameter, a forward-auth answer cannot.
 func MethodOverrideParamRefusal(param string) FormRefusal {
+	return methodOverrideRefusal("query parameter", "parameter", param)
+}
+
+// methodOverrideRefusal is the 400 of MethodOverrideRefusal and
+// MethodOverrideParamRefusal: name is the header or query parameter asking for another
+// method, called what in the message ("header", "query parameter") and word where the
+// message tells the caller to drop it and as the Details key ("header", "parameter").
+func methodOverrideRefusal(what, word, name string) FormRefusal {
 	return FormRefusal{Status: 400, Code: CodeMethodOverrideUnsupported, Body: mustJSON(errorBody{Error: errorObject{
 		Type: "invalid_request_error", Code: CodeMethodOverrideUnsupported,
-		Message: "The query parameter " + param + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
-			"send the request with its own method, without the parameter.",
-		Details: map[string]string{"parameter": param}}})}
+		Message: "The " + what + " " + name + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
+			"send the request with its own method, without the " + word + ".",
+		Details: map[string]string{word: name}}})}
 }
 
 // MethodRefusal is the 405 of a request whose method no front door lets through, in
