@@ -566,6 +566,21 @@ func TestStartWaitCountsTheQueueAndTheCall(t *testing.T) {
 	}
 }
 
+// runHoldingOwnCall runs q and, once it runs, enters a caller's own call ("own", of
+// member m), which holds q's one worker until st.gate closes. It returns Run's stop and
+// a channel closed when Run returns.
+func runHoldingOwnCall(q *Queue, st *starter) (stop context.CancelFunc, ran <-chan struct{}) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	for !q.isRunning() {
+		time.Sleep(time.Millisecond)
+	}
+	go q.Submit(context.Background(), item("own", "m"))
+	<-st.entered
+	return stop, done
+}
+
 // Run returns only once a caller's own call has ended, as it waits for its workers'
 // calls: the enforcer settles unreported requests after the queue stops, and must see
 // every start the queue answered.
@@ -574,14 +589,7 @@ func TestRunWaitsForACallersOwnCall(t *testing.T) {
 	m := metrics.Discard()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := New(st, settleq.New(settler{}, settleq.Config{Capacity: 10}, m, log), Config{Workers: 1, Deadline: 5 * time.Second}, nil, m, log)
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { q.Run(ctx); close(ran) }()
-	for !q.isRunning() {
-		time.Sleep(time.Millisecond)
-	}
-	go q.Submit(context.Background(), item("own", "m"))
-	<-st.entered
+	stop, ran := runHoldingOwnCall(q, st)
 	stop()
 	select {
 	case <-ran:
@@ -620,14 +628,7 @@ func TestStartRefusedAtCloseIsNeverOrphaned(t *testing.T) {
 				}
 				res.Release()
 			}, m, log)
-		ctx, stop := context.WithCancel(context.Background())
-		ran := make(chan struct{})
-		go func() { q.Run(ctx); close(ran) }()
-		for !q.isRunning() {
-			time.Sleep(time.Millisecond)
-		}
-		go q.Submit(context.Background(), item("own", "m")) // holds the one call
-		<-st.entered
+		stop, ran := runHoldingOwnCall(q, st) // holds the one call
 		callers, leave := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for i := range n {
@@ -753,14 +754,7 @@ func TestFailedStartCallsAreCountedOnce(t *testing.T) {
 		m := metrics.Discard()
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		q := New(st, settleq.New(settler{}, settleq.Config{Capacity: 10}, m, log), Config{Workers: 1, Deadline: 5 * time.Second}, nil, m, log)
-		ctx, stop := context.WithCancel(context.Background())
-		ran := make(chan struct{})
-		go func() { q.Run(ctx); close(ran) }()
-		for !q.isRunning() {
-			time.Sleep(time.Millisecond)
-		}
-		go q.Submit(context.Background(), item("own", "m"))
-		<-st.entered
+		stop, ran := runHoldingOwnCall(q, st)
 		refused := make(chan error, 1)
 		go func() { _, _, err := q.Submit(context.Background(), item("queued", "m")); refused <- err }()
 		waitDepth(t, q, 1)
