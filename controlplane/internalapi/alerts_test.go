@@ -139,24 +139,7 @@ func TestUnknownCostsFireTollgateCostsUnknown(t *testing.T) {
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := at.New(t, at.Options{})
-			org, ms := e.Org(t, 1)
-			before := alerttest.Scrape(t, e.Registry, "controlplane")
-			for range 5 {
-				it := tc.item()
-				it.RequestId, it.OrganizationId, it.MemberId = at.ReqID(), org, ms[0]
-				it.Snapshot = at.Snapshot(org, ms[0], e.Clock.Now(), 0)
-				res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{it})
-				if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-					t.Fatalf("settle: %v %v", res, err)
-				}
-			}
-			after := alerttest.Scrape(t, e.Registry, "controlplane")
-			firing := alerttest.Firing(t, before, after)
-			if slices.Contains(firing, "TollgateCostsUnknown") != tc.fires {
-				t.Fatalf("every receipt for 90 minutes %s: TollgateCostsUnknown firing: %v, want %v (firing: %v)\nmoved:\n%s",
-					tc.name, !tc.fires, tc.fires, firing, strings.Join(alerttest.Moved(before, after), "\n"))
-			}
+			checkCostsUnknown(t, "every receipt for 90 minutes "+tc.name, slices.Repeat([]func() *internalv1.SettleItem{tc.item}, 5), tc.fires)
 		})
 	}
 }
@@ -229,24 +212,32 @@ func TestProviderErrorsDoNotFireTollgateCostsUnknown(t *testing.T) {
 		{"rate limited beside estimates", []func() *internalv1.SettleItem{refused(429), refused(429), refused(429), estimated}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := at.New(t, at.Options{})
-			org, ms := e.Org(t, 1)
-			before := alerttest.Scrape(t, e.Registry, "controlplane")
-			for _, item := range tc.items {
-				it := item()
-				it.RequestId, it.OrganizationId, it.MemberId = at.ReqID(), org, ms[0]
-				it.Snapshot = at.Snapshot(org, ms[0], e.Clock.Now(), 0)
-				res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{it})
-				if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-					t.Fatalf("settle: %v %v", res, err)
-				}
-			}
-			after := alerttest.Scrape(t, e.Registry, "controlplane")
-			firing := alerttest.Firing(t, before, after)
-			if slices.Contains(firing, "TollgateCostsUnknown") != tc.fires {
-				t.Fatalf("every minute for 90 minutes %s: TollgateCostsUnknown firing %v, want %v (firing: %v)\nmoved:\n%s",
-					tc.name, !tc.fires, tc.fires, firing, strings.Join(alerttest.Moved(before, after), "\n"))
-			}
+			checkCostsUnknown(t, "every minute for 90 minutes "+tc.name, tc.items, tc.fires)
 		})
+	}
+}
+
+// checkCostsUnknown settles, for a new organization's one member, each of items in turn
+// (request id, organization, member and start's snapshot filled in), and fails unless
+// TollgateCostsUnknown fires on that change repeated every minute for 90 minutes exactly
+// when fires says; what says in the failure what the items stood for.
+func checkCostsUnknown(t *testing.T, what string, items []func() *internalv1.SettleItem, fires bool) {
+	t.Helper()
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	before := alerttest.Scrape(t, e.Registry, "controlplane")
+	for _, item := range items {
+		it := item()
+		it.RequestId, it.OrganizationId, it.MemberId = at.ReqID(), org, ms[0]
+		it.Snapshot = at.Snapshot(org, ms[0], e.Clock.Now(), 0)
+		res, err := e.Ledger.Settle(ctx, []*internalv1.SettleItem{it})
+		if err != nil || res[0].Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			t.Fatalf("settle: %v %v", res, err)
+		}
+	}
+	after := alerttest.Scrape(t, e.Registry, "controlplane")
+	if firing := alerttest.Firing(t, before, after); slices.Contains(firing, "TollgateCostsUnknown") != fires {
+		t.Fatalf("%s: TollgateCostsUnknown firing %v, want %v (firing: %v)\nmoved:\n%s",
+			what, !fires, fires, firing, strings.Join(alerttest.Moved(before, after), "\n"))
 	}
 }
