@@ -28,14 +28,7 @@ func TestGatewayAlertsFire(t *testing.T) {
 		t.Fatalf("the tollgate-gateway group has %d rules; this test knows TollgateGatewayBusy, TollgateGatewayUpstreamFailing, TollgateGatewayCredentialRejected and TollgateGatewayNoCredential, and TestGatewayCertificateAlertFires TollgateGatewayCertificateExpiring", len(rules))
 	}
 
-	series := func(instance, outcome, values string) map[string]string {
-		return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
-			"values": values}
-	}
-	answers := func(instance, code, values string) map[string]string {
-		return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
-			"values": values}
-	}
+	series, answers := gatewayRequests, gatewayAnswers
 	promtoolTest(t, rules, "1m", []any{
 		series("enf-1", "busy", "0+60x30"), series("enf-1", "proxied", "0+600x30"), series("enf-1", "upstream_error", "0+60x30"),
 		series("enf-2", "busy", "0x30"), series("enf-2", "proxied", "0+600x30"), series("enf-2", "upstream_timeout", "0+6x30"),
@@ -57,6 +50,20 @@ func TestGatewayAlertsFire(t *testing.T) {
 		firing("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
 		firing("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
 	}, "the gateway's alerts")
+}
+
+// gatewayRequests is a promtool input series of an enforcer's (instance) gateway
+// requests answered with outcome (tollgate_enforcer_gateway_requests_total).
+func gatewayRequests(instance, outcome, values string) map[string]string {
+	return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
+		"values": values}
+}
+
+// gatewayAnswers is a promtool input series of an enforcer's (instance) provider answers
+// of status class or code (tollgate_enforcer_gateway_upstream_responses_total).
+func gatewayAnswers(instance, code, values string) map[string]string {
+	return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
+		"values": values}
 }
 
 // TestGatewayCertificateAlertFires runs TollgateGatewayCertificateExpiring through
@@ -375,14 +382,7 @@ func TestGatewayUpstreamFailingCountsWhatReachedTheProvider(t *testing.T) {
 	if len(rules) != 1 {
 		t.Fatal("no TollgateGatewayUpstreamFailing")
 	}
-	requests := func(instance, outcome, values string) map[string]string {
-		return map[string]string{"series": `tollgate_enforcer_gateway_requests_total{instance="` + instance + `",outcome="` + outcome + `"}`,
-			"values": values}
-	}
-	answers := func(instance, code, values string) map[string]string {
-		return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
-			"values": values}
-	}
+	requests, answers := gatewayRequests, gatewayAnswers
 	promtoolTest(t, rules, "1m", []any{
 		requests("enf-1", "preflight", "0+600x30"), requests("enf-1", "proxied", "0+600x30"),
 		requests("enf-1", "upstream_error", "0x30"), requests("enf-1", "upstream_timeout", "0x30"),
