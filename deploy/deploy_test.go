@@ -18,6 +18,20 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// readDashboard reads the Grafana dashboard, grafana/tollgate.json.
+func readDashboard(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile("grafana/tollgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash map[string]any
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("grafana/tollgate.json is not JSON: %v", err)
+	}
+	return dash
+}
+
 func readYAML(t *testing.T, path string, into any) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -74,14 +88,7 @@ func exprsIn(v any, where string, out map[string]string) {
 }
 
 func TestDashboard(t *testing.T) {
-	b, err := os.ReadFile("grafana/tollgate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash map[string]any
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("grafana/tollgate.json is not JSON: %v", err)
-	}
+	dash := readDashboard(t)
 	for _, key := range []string{"title", "uid", "panels", "schemaVersion"} {
 		if dash[key] == nil {
 			t.Errorf("dashboard has no %q", key)

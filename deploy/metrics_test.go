@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -713,15 +712,7 @@ func TestReadmeMetricTable(t *testing.T) {
 			exprs = append(exprs, r.Expr)
 		}
 	}
-	dash, err := os.ReadFile("grafana/tollgate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d map[string]any
-	if err := json.Unmarshal(dash, &d); err != nil {
-		t.Fatal(err)
-	}
-	for _, qs := range panelQueries(d["panels"]) {
+	for _, qs := range panelQueries(readDashboard(t)["panels"]) {
 		exprs = append(exprs, qs...)
 	}
 	for _, e := range exprs {

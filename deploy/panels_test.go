@@ -1,8 +1,6 @@
 package deploy
 
 import (
-	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -24,14 +22,7 @@ func TestRefusalPanelsCountNoAdmission(t *testing.T) {
 	if f == nil || len(valuesOf(f, "decision")) == 0 {
 		t.Fatal("the enforcer creates no tollgate_enforcer_decisions_total series at start")
 	}
-	b, err := os.ReadFile("grafana/tollgate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash map[string]any
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := readDashboard(t)
 	checked := 0
 	for title, queries := range panelQueries(dash["panels"]) {
 		if !strings.Contains(strings.ToLower(title), "refusals") {
@@ -102,14 +93,7 @@ func TestLostSettlementsStatCountsWhatTheAlertsCount(t *testing.T) {
 	if !lost["left_in_spool"] || !lost["abandoned"] {
 		t.Fatalf("TollgateSettlementsLost counts %v: is the rule still read right?", lost)
 	}
-	b, err := os.ReadFile("grafana/tollgate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash map[string]any
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := readDashboard(t)
 	queries := panelQueries(dash["panels"])["Settlements lost (range)"]
 	if len(queries) != 1 {
 		t.Fatalf("the panel Settlements lost (range) has %d queries, want 1", len(queries))
