@@ -1,12 +1,13 @@
 package e2e_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/testio"
 )
 
 // TestWebSocketThroughEnvoyGetsTheEnforcersAnswers: a WebSocket handshake (the Realtime
@@ -31,20 +32,12 @@ func TestWebSocketThroughEnvoyGetsTheEnforcersAnswers(t *testing.T) {
 	_, front := s.deployedEnvoy(t, up.URL)
 
 	handshake := func(key string) (*http.Response, string) {
-		req, _ := http.NewRequest("GET", front+"/v1/realtime?model=gpt-realtime", nil)
+		h := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket",
+			"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
 		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
+			h["Authorization"] = "Bearer " + key
 		}
-		req.Header.Set("Connection", "Upgrade")
-		req.Header.Set("Upgrade", "websocket")
-		req.Header.Set("Sec-WebSocket-Version", "13")
-		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
+		res, b := testio.Send(t, "GET", front+"/v1/realtime?model=gpt-realtime", h, "")
 		return res, string(b)
 	}
 

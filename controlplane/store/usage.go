@@ -707,22 +707,20 @@ func (p *ModelPrice) scanTargets() []any {
 
 // ListModelPrices lists an organization's prices by model name.
 func ListModelPrices(ctx context.Context, q Querier, orgID string) ([]ModelPrice, error) {
-	rows, err := q.Query(ctx, `SELECT `+modelPriceColumns+` FROM usage_model_prices p WHERE p.organization_id = $1 ORDER BY p.model`, orgID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ModelPrice, error) {
-		var p ModelPrice
-		err := r.Scan(p.scanTargets()...)
-		return p, err
-	})
+	return modelPrices(ctx, q, orgID, "")
 }
 
 // LockModelPrices lists an organization's prices by model name, locking them until the
 // transaction ends: the table a replacement (ReplaceModelPrices) then changes, for its
 // audit event's values before. A concurrent replacement of the same rows waits.
 func LockModelPrices(ctx context.Context, q Querier, orgID string) ([]ModelPrice, error) {
-	rows, err := q.Query(ctx, `SELECT `+modelPriceColumns+` FROM usage_model_prices p WHERE p.organization_id = $1 ORDER BY p.model FOR UPDATE`, orgID)
+	return modelPrices(ctx, q, orgID, " FOR UPDATE")
+}
+
+// modelPrices reads an organization's prices by model name, the statement ending in
+// lock ("" or a locking clause).
+func modelPrices(ctx context.Context, q Querier, orgID, lock string) ([]ModelPrice, error) {
+	rows, err := q.Query(ctx, `SELECT `+modelPriceColumns+` FROM usage_model_prices p WHERE p.organization_id = $1 ORDER BY p.model`+lock, orgID)
 	if err != nil {
 		return nil, err
 	}
