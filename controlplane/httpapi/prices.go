@@ -457,21 +457,15 @@ func priceChanges(before, after []store.ModelPrice) []map[string]any {
 	for i := range after {
 		next[after[i].Model] = &after[i]
 	}
-	names := slices.Sorted(maps.Keys(old))
-	for m := range next {
-		if old[m] == nil {
-			names = append(names, m)
-		}
-	}
-	slices.Sort(names) // every model once, by name
+	every := maps.Clone(old)
+	maps.Copy(every, next)
 	out := []map[string]any{}
-	for _, m := range names {
-		b, a := old[m], next[m]
-		if b != nil && a != nil && b.InputPerMillion == a.InputPerMillion && b.OutputPerMillion == a.OutputPerMillion &&
-			b.CachedInputPerMillion == a.CachedInputPerMillion && reflect.DeepEqual(b.CacheWritePerMillion, a.CacheWritePerMillion) {
+	for _, m := range slices.Sorted(maps.Keys(every)) { // every model once, by name
+		b, a := view(old[m]), view(next[m])
+		if reflect.DeepEqual(b, a) {
 			continue
 		}
-		out = append(out, map[string]any{"model": m, "before": view(b), "after": view(a)})
+		out = append(out, map[string]any{"model": m, "before": b, "after": a})
 	}
 	return out
 }
