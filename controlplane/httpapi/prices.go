@@ -531,7 +531,7 @@ func (s *Server) resetFallbackPrice(c *Call) error {
 		if err != nil {
 			return err
 		}
-		removed, err := store.DeleteFallbackPrice(c.Ctx, tx, c.OrgID())
+		removed, err := store.DeleteFallbackPrice(c.Ctx, tx, c.OrgID(), c.now)
 		if err != nil || !removed {
 			return err
 		}

@@ -1452,3 +1452,86 @@ func TestUpstreamHostPrices(t *testing.T) {
 		})
 	}
 }
+
+// TestOrganizationPriceEditAppliesByFinishTime: an organization's own price, and its
+// fallback price, are those in effect when the request finished, as the catalog's
+// announced changes are: a request finished before an edit and settled after it (a spool
+// replayed, a report sent again) pays the price it ran at; one finished before the
+// organization priced a model at all pays the catalog's; one whose end is not said, the
+// price when it is settled.
+func TestOrganizationPriceEditAppliesByFinishTime(t *testing.T) {
+	t.Parallel() // its own database and Redis prefix
+	e := at.New(t, at.Options{})
+	org, ms := e.Org(t, 1)
+	m := ms[0]
+	t0 := e.Clock.Now()
+	edit := func(at time.Time, ps ...store.ModelPrice) {
+		t.Helper()
+		if err := e.Store.InTx(ctx, func(tx pgx.Tx) error { return store.ReplaceModelPrices(ctx, tx, org, ps, at) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fallback := func(at time.Time, input int64) {
+		t.Helper()
+		var err error
+		if input < 0 {
+			_, err = store.DeleteFallbackPrice(ctx, e.Store.Pool, org, at)
+		} else {
+			err = store.SetFallbackPrice(ctx, e.Store.Pool, org, store.FallbackPrice{InputPerMillion: input, OutputPerMillion: input}, at)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	catalog, ok := pricecatalog.Lookup("gpt-4o")
+	if !ok {
+		t.Fatal("the catalog lacks gpt-4o")
+	}
+	// 1,000,000 input and 1,000,000 output tokens: input + output price.
+	// gpt-4o: the organization's 2 + 3 from t0+1h, 20 + 30 from t0+2h, none from t0+3h
+	// (the catalog's again). The fallback price: 5 + 5 from t0+1h, 50 + 50 from t0+2h,
+	// none from t0+3h (the catalog's highest).
+	edit(t0.Add(time.Hour), store.ModelPrice{Model: "gpt-4o", InputPerMillion: 2_000_000, OutputPerMillion: 3_000_000})
+	fallback(t0.Add(time.Hour), 5_000_000)
+	edit(t0.Add(2*time.Hour), store.ModelPrice{Model: "GPT-4o", InputPerMillion: 20_000_000, OutputPerMillion: 30_000_000},
+		store.ModelPrice{Model: "gpt-4o", InputPerMillion: 20_000_000, OutputPerMillion: 30_000_000})
+	fallback(t0.Add(2*time.Hour), 50_000_000)
+	edit(t0.Add(3 * time.Hour))
+	fallback(t0.Add(3*time.Hour), -1)
+	high := pricecatalog.Highest()
+	for _, tc := range []struct {
+		name, model string
+		finished    time.Duration // after t0; -1: not said
+		want        int64
+		source      string
+	}{
+		{"finished before the organization priced it", "gpt-4o", 30 * time.Minute, catalog.InputPerMillion + catalog.OutputPerMillion, "catalog"},
+		{"finished at the first price", "gpt-4o", 90 * time.Minute, 5_000_000, "organization"},
+		{"finished at the instant of the second", "gpt-4o", 2 * time.Hour, 50_000_000, "organization"},
+		{"finished at the second, by key", "openai/gpt-4o-2024-08-06", 150 * time.Minute, 50_000_000, "organization"},
+		{"finished after the prices were removed", "gpt-4o", 4 * time.Hour, catalog.InputPerMillion + catalog.OutputPerMillion, "catalog"},
+		{"its end not said: the price when settled", "gpt-4o", -1, catalog.InputPerMillion + catalog.OutputPerMillion, "catalog"},
+		{"unpriced, before any fallback price", "no-such-model", 30 * time.Minute, high.InputPerMillion + high.OutputPerMillion, "fallback"},
+		{"unpriced, at the first fallback price", "no-such-model", 90 * time.Minute, 10_000_000, "fallback"},
+		{"unpriced, at the second", "no-such-model", 150 * time.Minute, 100_000_000, "fallback"},
+		{"unpriced, after the fallback price was reset", "no-such-model", 4 * time.Hour, high.InputPerMillion + high.OutputPerMillion, "fallback"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.Clock.Set(t0.Add(5 * time.Hour)) // every edit made before the settlement
+			id := at.ReqID()
+			start1(t, e, at.StartItem(id, org, m, t0, 0))
+			it := &internalv1.SettleItem{RequestId: id, Model: tc.model, InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true}
+			if tc.finished >= 0 {
+				it.FinishedAtUnixMs = t0.Add(tc.finished).UnixMilli()
+			}
+			r := settle1(t, e, it)
+			if r.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || r.CostMicroUsd != tc.want || r.PriceSource != tc.source {
+				t.Fatalf("%v; want %d micro-USD at the %s price", r, tc.want, tc.source)
+			}
+			// The same report again is the same settlement, whatever edits came since.
+			if again := settle1(t, e, it); again.Outcome != internalv1.SettleOutcome_SETTLE_OUTCOME_DUPLICATE {
+				t.Fatalf("the same report again: %v", again)
+			}
+		})
+	}
+}

@@ -58,6 +58,10 @@ type settleJob struct {
 	// (finishedAt, else when it is settled): a price change a provider announced applies
 	// to the requests finished from its day on (pricecatalog.At).
 	prices *pricecatalog.Catalog
+	// pricedAt is when the request is priced: when it finished (finishedAt), else when
+	// it is settled. The catalog's version and the organization's own prices are those
+	// in effect then.
+	pricedAt time.Time
 	// host is the upstream's host the item names (pricecatalog.HostName), "" when it
 	// names none or one that is no host name: the catalog's entry of the model is that
 	// host's own where it has one (pricecatalog.Catalog.FindFor).
@@ -213,7 +217,7 @@ func validateSettle(it *internalv1.SettleItem, now time.Time) (*settleJob, error
 	if sj.finishedAt != nil {
 		priced = *sj.finishedAt
 	}
-	sj.prices = pricecatalog.At(priced)
+	sj.prices, sj.pricedAt = pricecatalog.At(priced), priced
 	if u.NeedsPrice() {
 		sj.steps = pricecatalog.Steps(sj.model)
 		sj.catalog = make([]*pricecatalog.Entry, len(sj.steps))
@@ -897,23 +901,50 @@ func priceLookup(jobs []*job[*settleJob, *internalv1.SettleResult], starts map[s
 	return out
 }
 
-// orgPrices is an organization's prices that matched a lookup, by exact name and by key.
+// orgPrices is an organization's prices that matched a lookup, by exact name and by key:
+// every version of each, the current one and those its edits replaced or removed.
 type orgPrices struct {
-	byName map[string]store.ModelPrice
-	byKey  map[string]store.ModelPrice
+	byName map[string][]store.DatedModelPrice
+	byKey  map[string][]store.DatedModelPrice
 }
 
-func newOrgPrices(ps []store.ModelPrice) *orgPrices {
-	t := &orgPrices{byName: map[string]store.ModelPrice{}, byKey: map[string]store.ModelPrice{}}
+func newOrgPrices(ps []store.DatedModelPrice) *orgPrices {
+	t := &orgPrices{byName: map[string][]store.DatedModelPrice{}, byKey: map[string][]store.DatedModelPrice{}}
 	for _, p := range ps {
-		t.byName[p.Model] = p
-		// Two names with one key ("GPT-4o" and "gpt-4o"): the smaller name wins, so
-		// the choice does not depend on the order rows came in.
-		if q, ok := t.byKey[p.MatchKey]; !ok || p.Model < q.Model {
-			t.byKey[p.MatchKey] = p
-		}
+		t.byName[p.Model] = append(t.byName[p.Model], p)
+		t.byKey[p.MatchKey] = append(t.byKey[p.MatchKey], p)
 	}
 	return t
+}
+
+// at is the price of name (a model name, or a key when byKey) in effect at t. Two names
+// with one key ("GPT-4o" and "gpt-4o") priced then: the smaller name wins, so the choice
+// does not depend on the order rows came in.
+func (o *orgPrices) at(name string, byKey bool, t time.Time) (store.ModelPrice, bool) {
+	vs := o.byName[name]
+	if byKey {
+		vs = o.byKey[name]
+	}
+	var found *store.DatedModelPrice
+	for i, v := range vs {
+		if v.Holds(t) && (found == nil || v.Model < found.Model) {
+			found = &vs[i]
+		}
+	}
+	if found == nil {
+		return store.ModelPrice{}, false
+	}
+	return found.ModelPrice, true
+}
+
+// fallbackAt is the organization's fallback price in effect at t, if it had one.
+func fallbackAt(vs []store.DatedFallbackPrice, t time.Time) (store.FallbackPrice, bool) {
+	for _, v := range vs {
+		if v.Holds(t) {
+			return v.FallbackPrice, true
+		}
+	}
+	return store.FallbackPrice{}, false
 }
 
 // price chooses the price of the job's model: at each matching step in turn (the exact
@@ -929,7 +960,7 @@ func newOrgPrices(ps []store.ModelPrice) *orgPrices {
 // advisorPrice). Audio tokens are not: they are tokens, priced apart only by a catalog
 // entry that has audio prices (fromCatalog); an organization's price of the model prices
 // them at its token prices, being the authority for it.
-func (sj *settleJob) price(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
+func (sj *settleJob) price(org *orgPrices, fallbacks map[string][]store.DatedFallbackPrice, orgID string) accounting.PricedAt {
 	p := sj.tokenPrice(org, fallbacks, orgID)
 	if sj.usage.AudioInputMillis > 0 {
 		var known bool
@@ -1126,14 +1157,10 @@ func tierOf(it *internalv1.SettleItem) pricecatalog.Tier {
 	return pricecatalog.Standard
 }
 
-func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.FallbackPrice, orgID string) accounting.PricedAt {
+func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string][]store.DatedFallbackPrice, orgID string) accounting.PricedAt {
 	for i, step := range sj.steps {
 		if org != nil {
-			m := org.byKey
-			if step.Exact {
-				m = org.byName
-			}
-			if p, ok := m[step.Name]; ok {
+			if p, ok := org.at(step.Name, !step.Exact, sj.pricedAt); ok {
 				return accounting.PricedAt{Source: accounting.PriceOrganization, Price: sj.withTiers(accounting.Price{InputPerMillion: p.InputPerMillion,
 					OutputPerMillion: p.OutputPerMillion, CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion})}
 			}
@@ -1148,7 +1175,7 @@ func (sj *settleJob) tokenPrice(org *orgPrices, fallbacks map[string]store.Fallb
 			return accounting.PricedAt{Source: accounting.PriceCatalog, Price: p}
 		}
 	}
-	if f, ok := fallbacks[orgID]; ok {
+	if f, ok := fallbackAt(fallbacks[orgID], sj.pricedAt); ok {
 		return accounting.PricedAt{Source: accounting.PriceFallback, Price: sj.withTiers(accounting.Price{InputPerMillion: f.InputPerMillion,
 			OutputPerMillion: f.OutputPerMillion, CachedInputPerMillion: f.CachedInputPerMillion, CacheWritePerMillion: f.CacheWritePerMillion})}
 	}

@@ -549,10 +549,33 @@ type SettleState struct {
 	CreatedTracking map[string]bool
 	Tracking        map[string]TrackingState
 	Receipts        map[string]*StoredReceipt
-	// Prices are the organizations' prices that matched a lookup, by organization.
-	Prices map[string][]ModelPrice
-	// Fallbacks are the organizations' own fallback prices (absent: the default).
-	Fallbacks map[string]FallbackPrice
+	// Prices are the organizations' prices that matched a lookup, by organization: every
+	// version, the current one and those edits replaced or removed.
+	Prices map[string][]DatedModelPrice
+	// Fallbacks are the organizations' own fallback prices, every version (absent: the
+	// default, whenever the request finished).
+	Fallbacks map[string][]DatedFallbackPrice
+}
+
+// PriceSpan is when a version of a price was in effect: from From (nil: since before
+// prices were dated, migration 0036) until Until (nil: it still is).
+type PriceSpan struct{ From, Until *time.Time }
+
+// Holds tells whether the version was in effect at t.
+func (s PriceSpan) Holds(t time.Time) bool {
+	return (s.From == nil || !t.Before(*s.From)) && (s.Until == nil || t.Before(*s.Until))
+}
+
+// DatedModelPrice is a version of an organization's price of a model.
+type DatedModelPrice struct {
+	ModelPrice
+	PriceSpan
+}
+
+// DatedFallbackPrice is a version of an organization's fallback price.
+type DatedFallbackPrice struct {
+	FallbackPrice
+	PriceSpan
 }
 
 // ReadSettleState is phase two of a settlement batch, in one round trip: create the
@@ -562,7 +585,7 @@ type SettleState struct {
 // may need.
 func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, members, receiptIDs []string, prices PriceLookup, now time.Time) (SettleState, error) {
 	out := SettleState{CreatedTracking: map[string]bool{}, Tracking: map[string]TrackingState{}, Receipts: map[string]*StoredReceipt{},
-		Prices: map[string][]ModelPrice{}, Fallbacks: map[string]FallbackPrice{}}
+		Prices: map[string][]DatedModelPrice{}, Fallbacks: map[string][]DatedFallbackPrice{}}
 	b := &pgx.Batch{}
 	if len(createTracking) > 0 {
 		b.Queue(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, capture_enabled, tracking_started_at,
@@ -615,17 +638,22 @@ func ReadSettleState(ctx context.Context, tx BatchSender, createTracking, member
 		eo, en := split(prices.Exact)
 		ko, kn := split(prices.Keys)
 		// Each pair probes the primary key (organization, model) or the index on
-		// (organization, match_key); UNION drops a row found both ways.
-		b.Queue(`SELECT p.organization_id, `+modelPriceColumns+` FROM usage_model_prices p
-				JOIN unnest($1::text[], $2::text[]) AS x(org, name) ON p.organization_id = x.org AND p.model = x.name
-			UNION
-			SELECT p.organization_id, `+modelPriceColumns+` FROM usage_model_prices p
-				JOIN unnest($3::text[], $4::text[]) AS x(org, name) ON p.organization_id = x.org AND p.match_key = x.name`,
-			eo, en, ko, kn).
+		// (organization, match_key), of the current prices and of the versions edits
+		// replaced; UNION drops a row found both ways.
+		current := `SELECT p.organization_id, p.model, p.match_key, p.input_micro_usd_per_million, p.output_micro_usd_per_million,
+				p.cached_input_micro_usd_per_million, p.cache_write_micro_usd_per_million, p.updated_at, NULL::timestamptz
+			FROM usage_model_prices p`
+		versions := `SELECT p.organization_id, p.model, p.match_key, p.input_micro_usd_per_million, p.output_micro_usd_per_million,
+				p.cached_input_micro_usd_per_million, p.cache_write_micro_usd_per_million, p.valid_from, p.valid_until
+			FROM usage_model_price_versions p`
+		byName := ` JOIN unnest($1::text[], $2::text[]) AS x(org, name) ON p.organization_id = x.org AND p.model = x.name`
+		byKey := ` JOIN unnest($3::text[], $4::text[]) AS x(org, name) ON p.organization_id = x.org AND p.match_key = x.name`
+		b.Queue(current+byName+` UNION `+current+byKey+` UNION `+versions+byName+` UNION `+versions+byKey, eo, en, ko, kn).
 			Query(func(r pgx.Rows) error {
 				var org string
-				var p ModelPrice
-				_, err := pgx.ForEachRow(r, append([]any{&org}, p.scanTargets()...), func() error {
+				var p DatedModelPrice
+				_, err := pgx.ForEachRow(r, []any{&org, &p.Model, &p.MatchKey, &p.InputPerMillion, &p.OutputPerMillion,
+					&p.CachedInputPerMillion, &p.CacheWritePerMillion, &p.From, &p.Until}, func() error {
 					out.Prices[org] = append(out.Prices[org], p)
 					return nil
 				})

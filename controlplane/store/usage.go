@@ -733,7 +733,9 @@ func modelPrices(ctx context.Context, q Querier, orgID, lock string) ([]ModelPri
 
 // ReplaceModelPrices makes the organization's price table exactly ps, with each row's
 // match key computed by pricecatalog.Key. Rows whose prices did not change keep their
-// updatedAt.
+// updatedAt (when their prices took effect); the versions it changes or removes are kept,
+// in effect until now (usage_model_price_versions: settlement prices a request at the
+// version in effect when it finished).
 func ReplaceModelPrices(ctx context.Context, q Querier, orgID string, ps []ModelPrice, now time.Time) error {
 	n := len(ps)
 	models, keys := make([]string, n), make([]string, n)
@@ -741,6 +743,24 @@ func ReplaceModelPrices(ctx context.Context, q Querier, orgID string, ps []Model
 	for i, p := range ps {
 		models[i], keys[i] = p.Model, pricecatalog.Key(p.Model)
 		in[i], out[i], cached[i], write[i] = p.InputPerMillion, p.OutputPerMillion, p.CachedInputPerMillion, p.CacheWritePerMillion
+	}
+	// A version in effect no time at all (changed again at the instant it took effect, or
+	// by a control plane whose clock is behind the last one's) is not kept.
+	if _, err := q.Exec(ctx, `INSERT INTO usage_model_price_versions (organization_id, model, match_key,
+			input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million, valid_from, valid_until)
+		SELECT p.organization_id, p.model, p.match_key, p.input_micro_usd_per_million, p.output_micro_usd_per_million,
+			p.cached_input_micro_usd_per_million, p.cache_write_micro_usd_per_million, p.updated_at, $6
+		FROM usage_model_prices p
+			LEFT JOIN unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $7::text[], $8::bigint[])
+				AS x(m, i, o, c, k, w) ON x.m = p.model
+		WHERE p.organization_id = $1 AND p.updated_at < $6
+			AND (x.m IS NULL OR (p.input_micro_usd_per_million, p.output_micro_usd_per_million, p.cached_input_micro_usd_per_million,
+				p.cache_write_micro_usd_per_million, p.match_key) IS DISTINCT FROM (x.i, x.o, x.c, x.w, x.k))
+		FOR UPDATE OF p
+		ON CONFLICT DO NOTHING`,
+		orgID, models, in, out, cached, now, keys, write); err != nil {
+		return err
 	}
 	if _, err := q.Exec(ctx, `DELETE FROM usage_model_prices WHERE organization_id = $1 AND NOT (model = ANY($2))`, orgID, models); err != nil {
 		return err
@@ -774,15 +794,21 @@ type FallbackPrice struct {
 	UpdatedAt            time.Time
 }
 
-func queueFallbackPrices(b *pgx.Batch, orgs []string, into map[string]FallbackPrice) {
+// queueFallbackPrices reads every version of the organizations' fallback prices, the
+// current one and those edits replaced or removed.
+func queueFallbackPrices(b *pgx.Batch, orgs []string, into map[string][]DatedFallbackPrice) {
 	b.Queue(`SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
-			cache_write_micro_usd_per_million, updated_at
-		FROM usage_fallback_prices WHERE organization_id = ANY($1)`, orgs).
+			cache_write_micro_usd_per_million, updated_at, NULL::timestamptz
+		FROM usage_fallback_prices WHERE organization_id = ANY($1)
+		UNION ALL
+		SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million, valid_from, valid_until
+		FROM usage_fallback_price_versions WHERE organization_id = ANY($1)`, orgs).
 		Query(func(r pgx.Rows) error {
 			var org string
-			var f FallbackPrice
+			var f DatedFallbackPrice
 			_, err := pgx.ForEachRow(r, []any{&org, &f.InputPerMillion, &f.OutputPerMillion, &f.CachedInputPerMillion,
-				&f.CacheWritePerMillion, &f.UpdatedAt}, func() error { into[org] = f; return nil })
+				&f.CacheWritePerMillion, &f.From, &f.Until}, func() error { into[org] = append(into[org], f); return nil })
 			return err
 		})
 }
@@ -805,8 +831,22 @@ func GetFallbackPrice(ctx context.Context, q Querier, orgID string) (*FallbackPr
 }
 
 // SetFallbackPrice stores an organization's fallback price; an unchanged price keeps
-// its updatedAt.
+// its updatedAt. The price it replaces is kept, in effect until now
+// (usage_fallback_price_versions).
 func SetFallbackPrice(ctx context.Context, q Querier, orgID string, f FallbackPrice, now time.Time) error {
+	if _, err := q.Exec(ctx, `INSERT INTO usage_fallback_price_versions (organization_id, input_micro_usd_per_million,
+			output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, valid_from, valid_until)
+		SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+			cache_write_micro_usd_per_million, updated_at, $6
+		FROM usage_fallback_prices
+		WHERE organization_id = $1 AND updated_at < $6
+			AND (input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+				cache_write_micro_usd_per_million) IS DISTINCT FROM ($2, $3, $4, $5)
+		FOR UPDATE
+		ON CONFLICT DO NOTHING`,
+		orgID, f.InputPerMillion, f.OutputPerMillion, f.CachedInputPerMillion, f.CacheWritePerMillion, now); err != nil {
+		return err
+	}
 	_, err := q.Exec(ctx, `INSERT INTO usage_fallback_prices AS f (organization_id, input_micro_usd_per_million,
 			output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $6)
@@ -824,10 +864,24 @@ func SetFallbackPrice(ctx context.Context, q Querier, orgID string, f FallbackPr
 }
 
 // DeleteFallbackPrice removes an organization's fallback price (the default applies
-// again) and tells whether there was one.
-func DeleteFallbackPrice(ctx context.Context, q Querier, orgID string) (bool, error) {
-	tag, err := q.Exec(ctx, `DELETE FROM usage_fallback_prices WHERE organization_id = $1`, orgID)
-	return tag.RowsAffected() > 0, err
+// again), keeping it in effect until now (usage_fallback_price_versions), and tells
+// whether there was one.
+func DeleteFallbackPrice(ctx context.Context, q Querier, orgID string, now time.Time) (bool, error) {
+	var removed int
+	err := q.QueryRow(ctx, `WITH gone AS (
+			DELETE FROM usage_fallback_prices WHERE organization_id = $1
+			RETURNING organization_id, input_micro_usd_per_million, output_micro_usd_per_million,
+				cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, updated_at),
+		kept AS (
+			INSERT INTO usage_fallback_price_versions (organization_id, input_micro_usd_per_million,
+				output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million,
+				valid_from, valid_until)
+			SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million,
+				cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, updated_at, $2
+			FROM gone WHERE updated_at < $2
+			ON CONFLICT DO NOTHING)
+		SELECT count(*) FROM gone`, orgID, now).Scan(&removed)
+	return removed > 0, err
 }
 
 // UnpricedModelRule is what an organization does with models nobody priced.

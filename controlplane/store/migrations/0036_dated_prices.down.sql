@@ -1,0 +1,2 @@
+DROP TABLE usage_fallback_price_versions;
+DROP TABLE usage_model_price_versions;
