@@ -191,7 +191,7 @@ func TestDatedPricesMigration(t *testing.T) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	state, err := store.ReadSettleState(ctx, tx, nil, nil, nil, store.PriceLookup{
-		Exact: []store.PriceKey{{OrganizationID: "org_a", Model: "gpt-4o"}, {OrganizationID: "org_a", Model: "gone"}},
+		Exact:     []store.PriceKey{{OrganizationID: "org_a", Model: "gpt-4o"}, {OrganizationID: "org_a", Model: "gone"}},
 		Fallbacks: []string{"org_a"}}, t2)
 	if err != nil {
 		t.Fatal(err)
