@@ -192,7 +192,7 @@ func TestPriceMigrationRoundTrip(t *testing.T) {
 
 // Every down file down to the accounting tables' own (0005) and every up file again,
 // under receipts of every kind settlement writes (an upstream cost, an unknown one, a
-// fallback-priced, an estimated, a dear tier's, a refusal's, an event created by a
+// fallback-priced, an estimated, a dear tier's, a flex one's, a refusal's, an event created by a
 // settlement's snapshot), a pending start, a quarantined settlement, a void that found
 // no start and a pruned snapshot: each receipt comes back with its cost, source and
 // charges, each counter with its spend, the invariants hold, and settling the same
@@ -210,6 +210,7 @@ func TestEveryMigrationRoundTripsWithAccountingRows(t *testing.T) {
 		{Model: "nobody-priced-this", InputTokens: 10, Complete: true},
 		{Model: "gpt-4o-mini", OutputTokens: 1000, UsageEstimated: true},
 		{Model: "gpt-4o-mini", OutputTokens: 1000, Complete: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED},
+		{Model: "gpt-4o-mini", OutputTokens: 1000, Complete: true, DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
 		{Refused: true, Complete: true, UpstreamCostMicroUsd: at.Cost(0)},
 	}
 	for _, it := range items {

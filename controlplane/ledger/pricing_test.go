@@ -183,6 +183,34 @@ func TestSettlementPricing(t *testing.T) {
 		{"a tier this control plane does not know: the dearest it knows", nil,
 			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, Complete: true, PriorityTier: true, ServiceTier: internalv1.ServiceTier(7)},
 			100_000 * 2 * 6, "catalog_estimate", "catalog", "reported_usage"},
+		// The tier below standard (OpenAI's flex, Google's Flex PayGo and flex
+		// inference): half the price, rounded up once, so never 0 for a cost above 0. It
+		// travels in discount_tier, apart from service_tier: a settlement without it (an
+		// enforcer older than the field, or a flex answer it did not read) is standard.
+		{"the flex tier: half the price", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, OutputTokens: 10_000, Complete: true,
+				DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
+			(100_000*2 + 10_000*10) / 2, "catalog_estimate", "catalog", "reported_usage"},
+		{"the flex tier of a cost of 1 micro-USD: 1, not 0", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 1, Complete: true, DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
+			1, "catalog_estimate", "catalog", "reported_usage"},
+		{"the flex tier rounded up: 15 micro-USD at half is 8", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini", InputTokens: 100, Complete: true, DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
+			8, "catalog_estimate", "catalog", "reported_usage"},
+		{"an old-style settlement of a flex request (no discount_tier): standard", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, OutputTokens: 10_000, Complete: true},
+			100_000*2 + 10_000*10, "catalog_estimate", "catalog", "reported_usage"},
+		{"a discount_tier this control plane does not know: standard", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, Complete: true, DiscountTier: internalv1.DiscountTier(9)},
+			100_000 * 2, "catalog_estimate", "catalog", "reported_usage"},
+		{"flex beside a dear service_tier: the dear one", nil,
+			&internalv1.SettleItem{Model: "gpt-6-sol", InputTokens: 100_000, Complete: true, PriorityTier: true,
+				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST, DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
+			100_000 * 2 * 2, "catalog_estimate", "catalog", "reported_usage"},
+		{"flex with the regional premium: half, then 10% more", nil,
+			&internalv1.SettleItem{Model: "claude-sonnet-4-5", InputTokens: 100_000, OutputTokens: 10_000, Complete: true, RegionalEndpoint: true,
+				DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
+			(100_000*3 + 10_000*15) / 2 * 110 / 100, "catalog_estimate", "catalog", "reported_usage"},
 		// Amazon Bedrock's latency-optimized inference: a quarter more, every model's
 		// (Nova Pro: 1.00 / 4.00 USD per million against 0.80 / 3.20), rounded up once.
 		{"Bedrock's latency-optimized inference: Nova Pro at 125%", nil,
@@ -231,6 +259,10 @@ func TestSettlementPricing(t *testing.T) {
 			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true, PriorityTier: true,
 				ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST},
 			3_000_000 * 167 / 100, "catalog_estimate", "organization", "reported_usage"},
+		{"the organization's price at flex: half of it", nil,
+			&internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, OutputTokens: 1_000_000, Complete: true,
+				DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX},
+			3_000_000 / 2, "catalog_estimate", "organization", "reported_usage"},
 		{"a catalog family nearer than the organization's: gpt-4o-mini is never gpt-4o", func() {
 			setPrices(store.ModelPrice{Model: "gpt-4o", InputPerMillion: 9, OutputPerMillion: 9})
 		}, &internalv1.SettleItem{Model: "gpt-4o-mini-2024-07-18", InputTokens: 1_000_000, Complete: true}, 150_000, "catalog_estimate", "catalog", "reported_usage"},
@@ -1345,6 +1377,9 @@ func receiptTier(it *internalv1.SettleItem) string {
 	case internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED:
 		if it.GetPriorityTier() {
 			return "fast"
+		}
+		if it.GetDiscountTier() == internalv1.DiscountTier_DISCOUNT_TIER_FLEX {
+			return "flex"
 		}
 		return ""
 	case internalv1.ServiceTier_SERVICE_TIER_FAST:

@@ -1140,9 +1140,10 @@ func perMinute(p pricecatalog.Price) int64 { return p.AudioPerMinute }
 func perPage(p pricecatalog.Price) int64   { return p.PerPage }
 
 // tierOf is the speed tier an item says its request ran at: its service_tier, else
-// (an enforcer older than it) priority_tier, OpenAI's priority tier, read as Fast. A
-// value this control plane does not know is read as the dearest it knows: never below
-// the price.
+// (an enforcer older than it) priority_tier, OpenAI's priority tier, read as Fast, else
+// its discount_tier (Flex). A service_tier this control plane does not know is read as
+// the dearest it knows, a discount_tier as standard: never below the price. An enforcer
+// older than discount_tier says nothing of flex: standard, as before.
 func tierOf(it *internalv1.SettleItem) pricecatalog.Tier {
 	switch t := it.GetServiceTier(); {
 	case t == internalv1.ServiceTier_SERVICE_TIER_FAST:
@@ -1153,6 +1154,8 @@ func tierOf(it *internalv1.SettleItem) pricecatalog.Tier {
 		return pricecatalog.Ultrafast
 	case it.GetPriorityTier():
 		return pricecatalog.Fast
+	case it.GetDiscountTier() == internalv1.DiscountTier_DISCOUNT_TIER_FLEX:
+		return pricecatalog.Flex
 	}
 	return pricecatalog.Standard
 }

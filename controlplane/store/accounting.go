@@ -738,9 +738,10 @@ type ReceiptWrite struct {
 	ImageInputTokens       *int64
 	CachedImageInputTokens *int64
 	// ServiceTier is the speed tier the upstream ran the request at ("", "fast",
-	// "ultrafast", "latency_optimized": pricecatalog.Tier's names), Regional whether it went to a cloud's
-	// regional endpoint (accounting.Usage): each raises a catalog price. The receipt's
-	// priority_tier says whether ServiceTier is a dear one.
+	// "ultrafast", "latency_optimized", "flex": pricecatalog.Tier's names), Regional whether
+	// it went to a cloud's regional endpoint (accounting.Usage): each changes a catalog
+	// price (flex lowers it). The receipt's priority_tier says whether ServiceTier is a
+	// dear one (not "" nor "flex").
 	ServiceTier string
 	Regional    bool
 	// UpstreamHost is the host the request went to, whose own catalog price of the model
@@ -1039,7 +1040,7 @@ func queueReceipts(b *pgx.Batch, rs []ReceiptWrite, now time.Time) {
 			CASE WHEN x.promoted THEN $16::timestamptz END, x.ref, x.finished, $16, $16,
 			coalesce(($17::text[])[x.c_from:x.c_to], '{}'), coalesce(($18::bigint[])[x.c_from:x.c_to], '{}'),
 			x.basis, x.price_source, x.written, x.audio, x.searches, x.file_searches, x.audio_in, x.audio_out, x.cached_audio,
-			x.tier <> '', x.regional, x.tier, x.image_calls, x.image_model, x.image_tokens, x.advisor_model, x.advisor_in,
+			x.tier NOT IN ('', 'flex'), x.regional, x.tier, x.image_calls, x.image_model, x.image_tokens, x.advisor_model, x.advisor_in,
 			x.advisor_out, x.advisor_cached, x.advisor_written, x.maps_grounded, x.image_in, x.cached_image, x.host, x.ocr_pages,
 			x.container_kind, x.container_minutes, x.guard_text, x.guard_topics, x.guard_sensitive, x.guard_grounding,
 			x.guard_reasoning, x.guard_images, x.checks_content, x.checks_attack, x.checks_sensitive, x.image_tool_in,

@@ -5,9 +5,9 @@ import (
 	"math/bits"
 )
 
-// Tier is the speed (service) tier a request ran at, where the provider charges more
-// than the standard prices the catalog holds (and an organization's own prices, which
-// are standard ones too).
+// Tier is the speed (service) tier a request ran at, where the provider charges more (or
+// less) than the standard prices the catalog holds (and an organization's own prices,
+// which are standard ones too).
 //
 // Each provider names its tiers differently, and the catalog keeps one scale:
 //
@@ -22,14 +22,26 @@ import (
 //     model AWS sells it for (Nova Pro, Llama 3.1 70B, before them Claude 3.5 Haiku).
 //     Cheaper than Fast: of two reports, Fast wins.
 //
-// A tier that costs less than standard (flex, batch) is charged as standard: never
-// below the real price. A tier whose answer does not say it (Anthropic's Priority Tier,
-// a capacity commitment with no per-token surcharge) is Standard.
-type Tier uint8
+// One tier costs less than standard:
+//
+//   - Flex: OpenAI's "flex" processing (chat and Responses; "priced at Batch API rates",
+//     half the standard price of every model that has it), Google's Flex PayGo on
+//     Vertex AI (usageMetadata.trafficType ON_DEMAND_FLEX) and the Gemini API's flex
+//     inference (usageMetadata.serviceTier "flex"), both "a 50% discount". Charged only
+//     where the answer says it ran at flex (the request asking it reserves the standard
+//     price). Amazon Bedrock's flex tier is Standard: AWS publishes "a discounted
+//     standard rate" without its ratio.
+//
+// Other tiers below standard (batch) are charged as standard: never below the real
+// price. A tier whose answer does not say it (Anthropic's Priority Tier, a capacity
+// commitment with no per-token surcharge) is Standard.
+type Tier int8
 
-// The tiers, cheapest first: of two reports of one request, the larger wins.
+// The tiers, cheapest first: of two reports of one request, the larger wins (Flex,
+// below Standard, the zero value, only where no report says more than flex).
 const (
-	Standard Tier = iota
+	Flex Tier = iota - 1
+	Standard
 	LatencyOptimized
 	Fast
 	Ultrafast
@@ -39,6 +51,8 @@ const (
 // service_tier): "" for Standard.
 func (t Tier) String() string {
 	switch t {
+	case Flex:
+		return "flex"
 	case Fast:
 		return "fast"
 	case Ultrafast:
@@ -61,6 +75,13 @@ type TierName struct {
 // Anthropic's usage.service_tier "priority" is not looked up here: its Priority Tier has
 // no per-token surcharge (its fast mode is its speed, SpeedNames).
 var TierNames = [...]TierName{{"priority", Fast}, {"fast", Fast}, {"ultrafast", Ultrafast}}
+
+// FlexNames are the names OpenAI (service_tier), the Gemini API (usageMetadata.serviceTier)
+// and Vertex AI (usageMetadata.trafficType) give, in an answer, the tier that costs less
+// than standard. A request's asking for it is not looked up: its worst case is the
+// standard price, and only the answer's say is charged. Not Amazon Bedrock's "flex"
+// (its discount is not published).
+var FlexNames = [...]TierName{{"flex", Flex}, {"ON_DEMAND_FLEX", Flex}}
 
 // SpeedNames are the names of Anthropic's speed ("speed": "fast", usage.speed) that
 // cost more than the standard prices.
@@ -86,7 +107,7 @@ func TierNamed(names []TierName, name string) Tier {
 
 // ParseTier reads a tier's wire name (Tier.String): ok is false for an unknown one.
 func ParseTier(name string) (Tier, bool) {
-	for _, t := range [...]Tier{Standard, LatencyOptimized, Fast, Ultrafast} {
+	for _, t := range [...]Tier{Standard, Flex, LatencyOptimized, Fast, Ultrafast} {
 		if t.String() == name {
 			return t, true
 		}
@@ -107,9 +128,13 @@ const maxTierPercent = 1000
 // 125, what it costs every model sold at it (AWS's price list on 2026-11-29: Nova Pro
 // 1.00 / 4.00 USD per million against 0.80 / 3.20, Llama 3.1 70B alike; Claude 3.5
 // Haiku's, retired, was 1.00 / 5.00 against 0.80 / 4.00); an entry field can come with
-// the first model that differs.
+// the first model that differs. Flex: 50, what OpenAI ("Batch API rates") and Google
+// (Vertex AI's Flex PayGo, the Gemini API's flex inference: "a 50% discount") charge
+// every model they sell it for.
 func DefaultTierPercent(t Tier) int64 {
 	switch t {
+	case Flex:
+		return 50
 	case LatencyOptimized:
 		return 125
 	case Fast:
@@ -140,8 +165,8 @@ func (p TierPercents) TierPercent(t Tier) int64 {
 	return DefaultTierPercent(t)
 }
 
-// AtPercent is cost times percent / 100, rounded up to the micro-USD; ok is false when it
-// does not fit in int64. A speed tier's price (Entry.TierPercent) and a regional
+// AtPercent is cost times percent / 100, rounded up to the micro-USD (a cost above 0 stays
+// above 0: Flex's 50 of 1 micro-USD is 1); ok is false when it does not fit in int64. A speed tier's price (Entry.TierPercent) and a regional
 // endpoint's premium (RegionalPremium) are both applied so.
 func AtPercent(cost, percent int64) (int64, bool) {
 	if percent == 100 || cost <= 0 || percent <= 0 {

@@ -19,7 +19,7 @@ func TestTierNames(t *testing.T) {
 		}
 	}
 	// The wire names read back; an unknown one is refused.
-	for _, tier := range []Tier{Standard, LatencyOptimized, Fast, Ultrafast} {
+	for _, tier := range []Tier{Standard, Flex, LatencyOptimized, Fast, Ultrafast} {
 		if got, ok := ParseTier(tier.String()); !ok || got != tier {
 			t.Errorf("ParseTier(%q) = %v %v", tier.String(), got, ok)
 		}
@@ -28,8 +28,34 @@ func TestTierNames(t *testing.T) {
 		t.Error(`ParseTier("priority") accepted: the wire name is "fast"`)
 	}
 	// The tiers are ordered cheapest first (max picks the dearer of two reports).
-	if !(Standard < LatencyOptimized && LatencyOptimized < Fast && Fast < Ultrafast) {
+	if !(Flex < Standard && Standard < LatencyOptimized && LatencyOptimized < Fast && Fast < Ultrafast) {
 		t.Error("tiers out of order")
+	}
+}
+
+// TestFlexTier: the tier below standard (OpenAI's flex, Google's Flex PayGo and flex
+// inference) costs half the standard price, rounded up, so a charge above 0 stays above
+// 0; its wire name reads back, and only answers' names say it (Bedrock's is not there).
+func TestFlexTier(t *testing.T) {
+	if got, ok := ParseTier("flex"); !ok || got != Flex || Flex.String() != "flex" {
+		t.Errorf(`ParseTier("flex") = %v %v`, got, ok)
+	}
+	for name, want := range map[string]Tier{"flex": Flex, "ON_DEMAND_FLEX": Flex, "default": Standard, "Flex": Standard, "ON_DEMAND": Standard, "": Standard} {
+		if got := TierNamed(FlexNames[:], name); got != want {
+			t.Errorf("the flex name %q: %v, want %v", name, got, want)
+		}
+	}
+	if max(Flex, Standard) != Standard || max(Flex, Fast) != Fast || max(Flex, Flex) != Flex {
+		t.Error("Flex is not below every other tier")
+	}
+	for cost, want := range map[int64]int64{1: 1, 2: 1, 3: 2, 1_000_001: 500_001, 7_000_000: 3_500_000} {
+		if got, ok := AtPercent(cost, Entry{}.TierPercent(Flex)); !ok || got != want {
+			t.Errorf("%d micro-USD at flex: %d %v, want %d", cost, got, ok, want)
+		}
+	}
+	e, ok := Default().Lookup("gpt-5")
+	if !ok || e.TierPercent(Flex) != 50 {
+		t.Errorf("gpt-5 at flex: %v %d, want 50", ok, e.TierPercent(Flex))
 	}
 }
 
@@ -39,7 +65,7 @@ func TestTierPercent(t *testing.T) {
 		e    Entry
 		tier Tier
 		want int64
-	}{{plain, Standard, 100}, {plain, LatencyOptimized, 125}, {plain, Fast, 200}, {plain, Ultrafast, 600},
+	}{{plain, Flex, 50}, {own, Flex, 50}, {plain, Standard, 100}, {plain, LatencyOptimized, 125}, {plain, Fast, 200}, {plain, Ultrafast, 600},
 		{own, Standard, 100}, {own, LatencyOptimized, 125}, {own, Fast, 250}, {own, Ultrafast, 900}} {
 		if got := tc.e.TierPercent(tc.tier); got != tc.want {
 			t.Errorf("%+v at %v: %d, want %d", tc.e, tc.tier, got, tc.want)
@@ -60,7 +86,7 @@ func TestAtPercent(t *testing.T) {
 		cost, percent, want int64
 		ok                  bool
 	}{
-		{100, 100, 100, true}, {3, 175, 6, true}, {4, 175, 7, true}, {1, 167, 2, true}, {0, 600, 0, true},
+		{100, 100, 100, true}, {3, 175, 6, true}, {100, 50, 50, true}, {3, 50, 2, true}, {1, 50, 1, true}, {0, 50, 0, true}, {4, 175, 7, true}, {1, 167, 2, true}, {0, 600, 0, true},
 		{math.MaxInt64 / 2, 200, math.MaxInt64 - 1, true}, {math.MaxInt64/2 + 1, 200, 0, false}, {math.MaxInt64, 600, 0, false},
 	} {
 		if got, ok := AtPercent(tc.cost, tc.percent); got != tc.want || ok != tc.ok {

@@ -154,7 +154,7 @@ func (StartOutcome) EnumDescriptor() ([]byte, []int) {
 type ServiceTier int32
 
 const (
-	// Standard prices (or a tier cheaper than them, charged as standard).
+	// Standard prices (or a tier cheaper than them: SettleItem.discount_tier says which).
 	ServiceTier_SERVICE_TIER_UNSPECIFIED ServiceTier = 0
 	// OpenAI's "priority" or "fast", Anthropic's fast mode ("speed": "fast").
 	ServiceTier_SERVICE_TIER_FAST ServiceTier = 1
@@ -207,6 +207,58 @@ func (x ServiceTier) Number() protoreflect.EnumNumber {
 // Deprecated: Use ServiceTier.Descriptor instead.
 func (ServiceTier) EnumDescriptor() ([]byte, []int) {
 	return file_v1_accounting_proto_rawDescGZIP(), []int{2}
+}
+
+// DiscountTier is a tier cheaper than the standard prices (pricecatalog.Tier below
+// Standard). A control plane reads a value it does not know as standard: never below
+// the price.
+type DiscountTier int32
+
+const (
+	// Standard prices (no discount tier said, or one charged as standard: Bedrock's flex).
+	DiscountTier_DISCOUNT_TIER_UNSPECIFIED DiscountTier = 0
+	// OpenAI's service_tier "flex", Vertex AI's trafficType ON_DEMAND_FLEX, the Gemini
+	// API's serviceTier "flex": half the standard price.
+	DiscountTier_DISCOUNT_TIER_FLEX DiscountTier = 1
+)
+
+// Enum value maps for DiscountTier.
+var (
+	DiscountTier_name = map[int32]string{
+		0: "DISCOUNT_TIER_UNSPECIFIED",
+		1: "DISCOUNT_TIER_FLEX",
+	}
+	DiscountTier_value = map[string]int32{
+		"DISCOUNT_TIER_UNSPECIFIED": 0,
+		"DISCOUNT_TIER_FLEX":        1,
+	}
+)
+
+func (x DiscountTier) Enum() *DiscountTier {
+	p := new(DiscountTier)
+	*p = x
+	return p
+}
+
+func (x DiscountTier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DiscountTier) Descriptor() protoreflect.EnumDescriptor {
+	return file_v1_accounting_proto_enumTypes[3].Descriptor()
+}
+
+func (DiscountTier) Type() protoreflect.EnumType {
+	return &file_v1_accounting_proto_enumTypes[3]
+}
+
+func (x DiscountTier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DiscountTier.Descriptor instead.
+func (DiscountTier) EnumDescriptor() ([]byte, []int) {
+	return file_v1_accounting_proto_rawDescGZIP(), []int{3}
 }
 
 type SettleOutcome int32
@@ -268,11 +320,11 @@ func (x SettleOutcome) String() string {
 }
 
 func (SettleOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_v1_accounting_proto_enumTypes[3].Descriptor()
+	return file_v1_accounting_proto_enumTypes[4].Descriptor()
 }
 
 func (SettleOutcome) Type() protoreflect.EnumType {
-	return &file_v1_accounting_proto_enumTypes[3]
+	return &file_v1_accounting_proto_enumTypes[4]
 }
 
 func (x SettleOutcome) Number() protoreflect.EnumNumber {
@@ -281,7 +333,7 @@ func (x SettleOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleOutcome.Descriptor instead.
 func (SettleOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_v1_accounting_proto_rawDescGZIP(), []int{3}
+	return file_v1_accounting_proto_rawDescGZIP(), []int{4}
 }
 
 type AuthenticateRequest struct {
@@ -1605,8 +1657,19 @@ type SettleItem struct {
 	// (accounting.Price.CacheWrite1h) as cache_creation_one_hour_input_tokens is at the
 	// response's. A control plane older than this field prices them as five-minute writes.
 	AdvisorCacheCreationOneHourInputTokens int64 `protobuf:"varint,46,opt,name=advisor_cache_creation_one_hour_input_tokens,json=advisorCacheCreationOneHourInputTokens,proto3" json:"advisor_cache_creation_one_hour_input_tokens,omitempty"`
-	unknownFields                          protoimpl.UnknownFields
-	sizeCache                              protoimpl.SizeCache
+	// discount_tier is the tier cheaper than the standard prices the upstream said it ran
+	// the request at (pricecatalog.Flex: OpenAI's "flex", Google's Flex PayGo and flex
+	// inference), where service_tier is SERVICE_TIER_UNSPECIFIED and priority_tier false:
+	// its priced tokens cost the tier's percent (50) of their standard price. It is a
+	// field of its own, not a value of service_tier, so that every control plane charges
+	// it at least the standard price while an upgrade rolls out: one older than this field
+	// ignores it and charges standard, where it would read an unknown service_tier as the
+	// dearest tier it knows (six times the price). A value this control plane does not
+	// know is read as standard, as is the field beside a dear service_tier (the dearer
+	// report wins).
+	DiscountTier  DiscountTier `protobuf:"varint,47,opt,name=discount_tier,json=discountTier,proto3,enum=tollgate.internal.v1.DiscountTier" json:"discount_tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettleItem) Reset() {
@@ -1959,6 +2022,13 @@ func (x *SettleItem) GetAdvisorCacheCreationOneHourInputTokens() int64 {
 		return x.AdvisorCacheCreationOneHourInputTokens
 	}
 	return 0
+}
+
+func (x *SettleItem) GetDiscountTier() DiscountTier {
+	if x != nil {
+		return x.DiscountTier
+	}
+	return DiscountTier_DISCOUNT_TIER_UNSPECIFIED
 }
 
 // GuardrailUnits counts what Amazon Bedrock's guardrails assessed: text units (up to
@@ -2442,7 +2512,7 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x10tracking_version\x18\x04 \x01(\x03R\x0ftrackingVersion\x128\n" +
 	"\x05guard\x18\x05 \x01(\v2\".tollgate.internal.v1.GuardRefusalR\x05guard\"L\n" +
 	"\rStartResponse\x12;\n" +
-	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xf8\x12\n" +
+	"\aresults\x18\x01 \x03(\v2!.tollgate.internal.v1.StartResultR\aresults\"\xc1\x13\n" +
 	"\n" +
 	"SettleItem\x12\x1d\n" +
 	"\n" +
@@ -2493,7 +2563,8 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x1eimage_tool_cached_input_tokens\x18+ \x01(\x03R\x1aimageToolCachedInputTokens\x12\x16\n" +
 	"\x06voided\x18, \x01(\bR\x06voided\x12\x18\n" +
 	"\arefused\x18- \x01(\bR\arefused\x12\\\n" +
-	",advisor_cache_creation_one_hour_input_tokens\x18. \x01(\x03R&advisorCacheCreationOneHourInputTokensB\x1a\n" +
+	",advisor_cache_creation_one_hour_input_tokens\x18. \x01(\x03R&advisorCacheCreationOneHourInputTokens\x12G\n" +
+	"\rdiscount_tier\x18/ \x01(\x0e2\".tollgate.internal.v1.DiscountTierR\fdiscountTierB\x1a\n" +
 	"\x18_upstream_cost_micro_usdB\x15\n" +
 	"\x13_audio_input_tokensB\x16\n" +
 	"\x14_audio_output_tokensB\x1c\n" +
@@ -2551,7 +2622,10 @@ const file_v1_accounting_proto_rawDesc = "" +
 	"\x18SERVICE_TIER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SERVICE_TIER_FAST\x10\x01\x12\x1a\n" +
 	"\x16SERVICE_TIER_ULTRAFAST\x10\x02\x12\"\n" +
-	"\x1eSERVICE_TIER_LATENCY_OPTIMIZED\x10\x03*\xa1\x02\n" +
+	"\x1eSERVICE_TIER_LATENCY_OPTIMIZED\x10\x03*E\n" +
+	"\fDiscountTier\x12\x1d\n" +
+	"\x19DISCOUNT_TIER_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12DISCOUNT_TIER_FLEX\x10\x01*\xa1\x02\n" +
 	"\rSettleOutcome\x12\x1e\n" +
 	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x1c\n" +
@@ -2581,66 +2655,68 @@ func file_v1_accounting_proto_rawDescGZIP() []byte {
 	return file_v1_accounting_proto_rawDescData
 }
 
-var file_v1_accounting_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_v1_accounting_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_v1_accounting_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_v1_accounting_proto_goTypes = []any{
 	(CredentialKind)(0),          // 0: tollgate.internal.v1.CredentialKind
 	(StartOutcome)(0),            // 1: tollgate.internal.v1.StartOutcome
 	(ServiceTier)(0),             // 2: tollgate.internal.v1.ServiceTier
-	(SettleOutcome)(0),           // 3: tollgate.internal.v1.SettleOutcome
-	(*AuthenticateRequest)(nil),  // 4: tollgate.internal.v1.AuthenticateRequest
-	(*AuthenticateResponse)(nil), // 5: tollgate.internal.v1.AuthenticateResponse
-	(*Limit)(nil),                // 6: tollgate.internal.v1.Limit
-	(*Entitlement)(nil),          // 7: tollgate.internal.v1.Entitlement
-	(*WindowSpend)(nil),          // 8: tollgate.internal.v1.WindowSpend
-	(*ResolveRequest)(nil),       // 9: tollgate.internal.v1.ResolveRequest
-	(*ResolveResponse)(nil),      // 10: tollgate.internal.v1.ResolveResponse
-	(*SnapshotBucket)(nil),       // 11: tollgate.internal.v1.SnapshotBucket
-	(*Snapshot)(nil),             // 12: tollgate.internal.v1.Snapshot
-	(*StartItem)(nil),            // 13: tollgate.internal.v1.StartItem
-	(*StartRequest)(nil),         // 14: tollgate.internal.v1.StartRequest
-	(*GuardRefusal)(nil),         // 15: tollgate.internal.v1.GuardRefusal
-	(*StartResult)(nil),          // 16: tollgate.internal.v1.StartResult
-	(*StartResponse)(nil),        // 17: tollgate.internal.v1.StartResponse
-	(*SettleItem)(nil),           // 18: tollgate.internal.v1.SettleItem
-	(*GuardrailUnits)(nil),       // 19: tollgate.internal.v1.GuardrailUnits
-	(*SettleRequest)(nil),        // 20: tollgate.internal.v1.SettleRequest
-	(*SettleResult)(nil),         // 21: tollgate.internal.v1.SettleResult
-	(*SettleResponse)(nil),       // 22: tollgate.internal.v1.SettleResponse
-	(*MirrorRecord)(nil),         // 23: tollgate.internal.v1.MirrorRecord
+	(DiscountTier)(0),            // 3: tollgate.internal.v1.DiscountTier
+	(SettleOutcome)(0),           // 4: tollgate.internal.v1.SettleOutcome
+	(*AuthenticateRequest)(nil),  // 5: tollgate.internal.v1.AuthenticateRequest
+	(*AuthenticateResponse)(nil), // 6: tollgate.internal.v1.AuthenticateResponse
+	(*Limit)(nil),                // 7: tollgate.internal.v1.Limit
+	(*Entitlement)(nil),          // 8: tollgate.internal.v1.Entitlement
+	(*WindowSpend)(nil),          // 9: tollgate.internal.v1.WindowSpend
+	(*ResolveRequest)(nil),       // 10: tollgate.internal.v1.ResolveRequest
+	(*ResolveResponse)(nil),      // 11: tollgate.internal.v1.ResolveResponse
+	(*SnapshotBucket)(nil),       // 12: tollgate.internal.v1.SnapshotBucket
+	(*Snapshot)(nil),             // 13: tollgate.internal.v1.Snapshot
+	(*StartItem)(nil),            // 14: tollgate.internal.v1.StartItem
+	(*StartRequest)(nil),         // 15: tollgate.internal.v1.StartRequest
+	(*GuardRefusal)(nil),         // 16: tollgate.internal.v1.GuardRefusal
+	(*StartResult)(nil),          // 17: tollgate.internal.v1.StartResult
+	(*StartResponse)(nil),        // 18: tollgate.internal.v1.StartResponse
+	(*SettleItem)(nil),           // 19: tollgate.internal.v1.SettleItem
+	(*GuardrailUnits)(nil),       // 20: tollgate.internal.v1.GuardrailUnits
+	(*SettleRequest)(nil),        // 21: tollgate.internal.v1.SettleRequest
+	(*SettleResult)(nil),         // 22: tollgate.internal.v1.SettleResult
+	(*SettleResponse)(nil),       // 23: tollgate.internal.v1.SettleResponse
+	(*MirrorRecord)(nil),         // 24: tollgate.internal.v1.MirrorRecord
 }
 var file_v1_accounting_proto_depIdxs = []int32{
 	0,  // 0: tollgate.internal.v1.AuthenticateRequest.kind:type_name -> tollgate.internal.v1.CredentialKind
-	6,  // 1: tollgate.internal.v1.Entitlement.limits:type_name -> tollgate.internal.v1.Limit
-	7,  // 2: tollgate.internal.v1.ResolveResponse.entitlement:type_name -> tollgate.internal.v1.Entitlement
-	8,  // 3: tollgate.internal.v1.ResolveResponse.spend:type_name -> tollgate.internal.v1.WindowSpend
-	11, // 4: tollgate.internal.v1.Snapshot.buckets:type_name -> tollgate.internal.v1.SnapshotBucket
-	12, // 5: tollgate.internal.v1.StartItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
-	13, // 6: tollgate.internal.v1.StartRequest.items:type_name -> tollgate.internal.v1.StartItem
+	7,  // 1: tollgate.internal.v1.Entitlement.limits:type_name -> tollgate.internal.v1.Limit
+	8,  // 2: tollgate.internal.v1.ResolveResponse.entitlement:type_name -> tollgate.internal.v1.Entitlement
+	9,  // 3: tollgate.internal.v1.ResolveResponse.spend:type_name -> tollgate.internal.v1.WindowSpend
+	12, // 4: tollgate.internal.v1.Snapshot.buckets:type_name -> tollgate.internal.v1.SnapshotBucket
+	13, // 5: tollgate.internal.v1.StartItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
+	14, // 6: tollgate.internal.v1.StartRequest.items:type_name -> tollgate.internal.v1.StartItem
 	1,  // 7: tollgate.internal.v1.StartResult.outcome:type_name -> tollgate.internal.v1.StartOutcome
-	15, // 8: tollgate.internal.v1.StartResult.guard:type_name -> tollgate.internal.v1.GuardRefusal
-	16, // 9: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
-	12, // 10: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
+	16, // 8: tollgate.internal.v1.StartResult.guard:type_name -> tollgate.internal.v1.GuardRefusal
+	17, // 9: tollgate.internal.v1.StartResponse.results:type_name -> tollgate.internal.v1.StartResult
+	13, // 10: tollgate.internal.v1.SettleItem.snapshot:type_name -> tollgate.internal.v1.Snapshot
 	2,  // 11: tollgate.internal.v1.SettleItem.service_tier:type_name -> tollgate.internal.v1.ServiceTier
-	19, // 12: tollgate.internal.v1.SettleItem.guardrail_units:type_name -> tollgate.internal.v1.GuardrailUnits
-	18, // 13: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
-	3,  // 14: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
-	21, // 15: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
-	7,  // 16: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
-	8,  // 17: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
-	4,  // 18: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
-	9,  // 19: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
-	14, // 20: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
-	20, // 21: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
-	5,  // 22: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
-	10, // 23: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
-	17, // 24: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
-	22, // 25: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 12: tollgate.internal.v1.SettleItem.guardrail_units:type_name -> tollgate.internal.v1.GuardrailUnits
+	3,  // 13: tollgate.internal.v1.SettleItem.discount_tier:type_name -> tollgate.internal.v1.DiscountTier
+	19, // 14: tollgate.internal.v1.SettleRequest.items:type_name -> tollgate.internal.v1.SettleItem
+	4,  // 15: tollgate.internal.v1.SettleResult.outcome:type_name -> tollgate.internal.v1.SettleOutcome
+	22, // 16: tollgate.internal.v1.SettleResponse.results:type_name -> tollgate.internal.v1.SettleResult
+	8,  // 17: tollgate.internal.v1.MirrorRecord.entitlement:type_name -> tollgate.internal.v1.Entitlement
+	9,  // 18: tollgate.internal.v1.MirrorRecord.spend:type_name -> tollgate.internal.v1.WindowSpend
+	5,  // 19: tollgate.internal.v1.Accounting.Authenticate:input_type -> tollgate.internal.v1.AuthenticateRequest
+	10, // 20: tollgate.internal.v1.Accounting.Resolve:input_type -> tollgate.internal.v1.ResolveRequest
+	15, // 21: tollgate.internal.v1.Accounting.Start:input_type -> tollgate.internal.v1.StartRequest
+	21, // 22: tollgate.internal.v1.Accounting.Settle:input_type -> tollgate.internal.v1.SettleRequest
+	6,  // 23: tollgate.internal.v1.Accounting.Authenticate:output_type -> tollgate.internal.v1.AuthenticateResponse
+	11, // 24: tollgate.internal.v1.Accounting.Resolve:output_type -> tollgate.internal.v1.ResolveResponse
+	18, // 25: tollgate.internal.v1.Accounting.Start:output_type -> tollgate.internal.v1.StartResponse
+	23, // 26: tollgate.internal.v1.Accounting.Settle:output_type -> tollgate.internal.v1.SettleResponse
+	23, // [23:27] is the sub-list for method output_type
+	19, // [19:23] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_v1_accounting_proto_init() }
@@ -2654,7 +2730,7 @@ func file_v1_accounting_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_accounting_proto_rawDesc), len(file_v1_accounting_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
