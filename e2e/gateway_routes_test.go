@@ -1504,6 +1504,7 @@ func TestAnthropicInferenceGeoThroughTheGateway(t *testing.T) {
 // what the answer says: the Gemini API's X-Gemini-Service-Tier header and usage
 // serviceTier, Vertex AI's usage trafficType ON_DEMAND_PRIORITY. The same calls at the
 // standard tier are charged the price. Before 2026-11-29 they were charged the price.
+// Flex (Vertex AI's ON_DEMAND_FLEX, the Gemini API's "flex") is charged half.
 func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	dir := sdkDir(t)
@@ -1513,7 +1514,14 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 	if e.FastPercent != 0 {
 		t.Fatalf("%s: %+v; this test charges the default fast percent", gemini, e)
 	}
-	priority := 2 * standard
+	priority, flex := 2*standard, ceilDiv(standard, 2)
+	geminiFlex := func(t *testing.T) {
+		status, _, body := postJSON(t, s.gateway, "/v1beta/models/"+gemini+":generateContent", "X-Goog-Api-Key", o.key,
+			`{"contents":[{"role":"user","parts":[{"text":"How are tolls paid?"}]}],"serviceTier":"flex"}`)
+		if status != 200 || !strings.Contains(body, `"serviceTier":"flex"`) {
+			t.Fatalf("%d %s", status, body)
+		}
+	}
 	vertexCall := func(t *testing.T, header string) {
 		var extra []string
 		if header != "" {
@@ -1537,6 +1545,11 @@ func TestGeminiPriorityThroughTheGateway(t *testing.T) {
 		{"Gemini API, standard", "", func(t *testing.T) { sdkOK(t, runSDK(t, dir, "gemini.mjs", "json", s.gateway, o.key, gemini)) }, standard},
 		{"Vertex AI, priority", "fast", func(t *testing.T) { vertexCall(t, "priority") }, priority},
 		{"Vertex AI, on demand", "", func(t *testing.T) { vertexCall(t, "") }, standard},
+		// The tier below standard (since 2026-12-07; the standard price before): Vertex
+		// AI's Flex PayGo (trafficType ON_DEMAND_FLEX) and the Gemini API's flex
+		// inference (usage serviceTier "flex"), half the price, as Google bills them.
+		{"Vertex AI, Flex PayGo", "flex", func(t *testing.T) { vertexCall(t, "flex") }, flex},
+		{"Gemini API, flex", "flex", geminiFlex, flex},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(fake.Calls())
@@ -1629,7 +1642,8 @@ func sdkOK(t *testing.T, r sdkResult) {
 // tier (the answer's service_tier says so, by its old name or its new one, "fast"),
 // streamed or not, is charged the model's fast percent of the catalog's standard price
 // (gpt-4o-mini: 1.67 times, what OpenAI charges); at its ultrafast tier six times; the
-// same call at the default tier the price.
+// same call at the default tier the price; at its flex tier half the price (OpenAI's
+// "Batch API rates"; the price before 2026-12-07).
 func TestPriorityTierThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	awayFromDayBoundary(t, 3*time.Minute)
@@ -1639,7 +1653,7 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 	if e, _ := pricecatalog.Lookup(model); e.FastPercent != 167 || e.UltrafastPercent != 0 {
 		t.Fatalf("%s: fast %d%%, ultrafast %d%%; this test charges 167%% and the default 600%%", model, e.FastPercent, e.UltrafastPercent)
 	}
-	fast, ultrafast := ceilDiv(want*167, 100), want*6
+	fast, ultrafast, flex := ceilDiv(want*167, 100), want*6, ceilDiv(want*50, 100)
 	n, used := 0, int64(0)
 	for _, tc := range []struct {
 		name, tier, receiptTier string
@@ -1653,6 +1667,9 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 		{"ultrafast, streamed", "ultrafast", "ultrafast", true, ultrafast},
 		{"ultrafast", "ultrafast", "ultrafast", false, ultrafast},
 		{"default", "auto", "", false, want},
+		// The tier below standard: half the price (since 2026-12-07; the price before).
+		{"flex", "flex", "flex", false, flex},
+		{"flex, streamed", "flex", "flex", true, flex},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := fmt.Sprintf(`{"model":%q,"service_tier":%q,"stream":%v,"messages":[{"role":"user","content":"How are tolls paid?"}]}`, model, tc.tier, tc.stream)
@@ -1671,9 +1688,10 @@ func TestPriorityTierThroughTheGateway(t *testing.T) {
 			}
 			calls := fake.Calls()
 			rec := waitReceipt(t, s, calls[len(calls)-1].Header.Get("X-Service-Request-Id"))
+			dear := tc.receiptTier != "" && tc.receiptTier != "flex"
 			if rec.cost() != tc.cost || rec["complete"] != true || rec["cost_basis"] != "reported_usage" ||
-				rec["priority_tier"] != (tc.tier != "auto") || rec["service_tier"] != tc.receiptTier {
-				t.Fatalf("receipt %s, want %d, priority_tier %v, service_tier %q", rec, tc.cost, tc.tier != "auto", tc.receiptTier)
+				rec["priority_tier"] != dear || rec["service_tier"] != tc.receiptTier {
+				t.Fatalf("receipt %s, want %d, priority_tier %v, service_tier %q", rec, tc.cost, dear, tc.receiptTier)
 			}
 			n, used = n+1, used+tc.cost
 			s.waitUsed(t, o, n, used)

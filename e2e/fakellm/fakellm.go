@@ -16,9 +16,10 @@
 //     "fast", "ultrafast" or "flex" when the request asked for it (the models after
 //     GPT-5.6 answer the priority tier's new name, "fast"), "default" otherwise.
 //   - The Gemini API says the tier it served in the X-Gemini-Service-Tier header and
-//     its usage's serviceTier ("priority" when the request's service_tier or
-//     serviceTier asked for it, else "standard"); Vertex AI in its usage's trafficType (ON_DEMAND_PRIORITY when the
-//     X-Vertex-AI-LLM-Shared-Request-Type header asked for priority, else ON_DEMAND).
+//     its usage's serviceTier ("priority" or "flex" when the request's service_tier or
+//     serviceTier asked for it, else "standard"); Vertex AI in its usage's trafficType
+//     (ON_DEMAND_PRIORITY or ON_DEMAND_FLEX when the X-Vertex-AI-LLM-Shared-Request-Type
+//     header asked for priority or flex, else ON_DEMAND).
 //   - OpenAI answers a model with its dated snapshot when Server.Snapshots says so
 //     ("gpt-4o-mini" answered as "gpt-4o-mini-2024-07-18").
 //   - An Anthropic stream reports input tokens in message_start and output tokens in
@@ -631,8 +632,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// Vertex AI says the tier it served in the usage's trafficType: its priority
 			// tier when the request's header asked for it.
 			traffic := "ON_DEMAND"
-			if strings.EqualFold(r.Header.Get("X-Vertex-AI-LLM-Shared-Request-Type"), "priority") {
+			switch shared := r.Header.Get("X-Vertex-AI-LLM-Shared-Request-Type"); {
+			case strings.EqualFold(shared, "priority"):
 				traffic = "ON_DEMAND_PRIORITY"
+			case strings.EqualFold(shared, "flex"):
+				traffic = "ON_DEMAND_FLEX" // its Flex PayGo
 			}
 			tierField = fmt.Sprintf(`"trafficType":%q`, traffic)
 		} else if c.API != GeminiCountTokens {
@@ -640,6 +644,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			tier := "standard"
 			if req.ServiceTier == "priority" || string(req.ServiceTierCamel) == `"priority"` {
 				tier = "priority"
+			}
+			if req.ServiceTier == "flex" || string(req.ServiceTierCamel) == `"flex"` {
+				tier = "flex" // its flex inference
 			}
 			w.Header().Set("X-Gemini-Service-Tier", tier)
 			tierField = fmt.Sprintf(`"serviceTier":%q`, tier)

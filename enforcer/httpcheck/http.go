@@ -401,8 +401,9 @@ type settleBody struct {
 	// ServiceTier is the speed tier the upstream ran the request at, dearer than the
 	// standard prices: "fast" (OpenAI's "priority" or "fast", Anthropic's fast mode,
 	// Google's and Bedrock's priority), "ultrafast" (OpenAI's) or "latency_optimized"
-	// (Bedrock's latency-optimized inference); "" or absent for standard. Priced tokens
-	// are charged the model's percent of the tier (pricecatalog.Entry.TierPercent).
+	// (Bedrock's latency-optimized inference); "flex" (OpenAI's flex, Google's Flex PayGo
+	// and flex inference), half the standard prices; "" or absent for standard. Priced
+	// tokens are charged the model's percent of the tier (pricecatalog.Entry.TierPercent).
 	ServiceTier *string `json:"serviceTier"`
 	// PriorityTier true, without serviceTier, is "fast" (its name before serviceTier).
 	PriorityTier *bool `json:"priorityTier"`
@@ -508,7 +509,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request) {
 	if in.ServiceTier != nil {
 		var ok bool
 		if tier, ok = pricecatalog.ParseTier(*in.ServiceTier); !ok {
-			probs = append(probs, problem{`serviceTier must be "", "fast", "ultrafast" or "latency_optimized"`, []any{"serviceTier"}})
+			probs = append(probs, problem{`serviceTier must be "", "fast", "ultrafast", "latency_optimized" or "flex"`, []any{"serviceTier"}})
 		}
 	} else if in.PriorityTier != nil && *in.PriorityTier {
 		tier = pricecatalog.Fast

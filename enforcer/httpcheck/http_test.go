@@ -183,6 +183,11 @@ func TestHTTPSettle(t *testing.T) {
 			func(it *internalv1.SettleItem) bool {
 				return it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED
 			}},
+		{"a flex report: discount_tier alone, which an older control plane ignores", `"model":"gpt-5","inputTokens":10,"outputTokens":2,"serviceTier":"flex"`,
+			func(it *internalv1.SettleItem) bool {
+				return !it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED &&
+					it.GetDiscountTier() == internalv1.DiscountTier_DISCOUNT_TIER_FLEX
+			}},
 		{"the standard tier, said", `"model":"gpt-4o","inputTokens":10,"outputTokens":2,"serviceTier":""`,
 			func(it *internalv1.SettleItem) bool {
 				return !it.GetPriorityTier() && it.GetServiceTier() == internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED

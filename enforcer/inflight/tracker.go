@@ -145,7 +145,7 @@ type Usage struct {
 	// Estimated marks counts that are themselves estimates (POST /settle's "estimated").
 	Estimated bool
 	// Tier is the speed tier the upstream ran the request at, dearer than the catalog's
-	// standard prices (responseusage.Usage.Tier).
+	// standard prices, or Flex below them (responseusage.Usage.Tier).
 	Tier pricecatalog.Tier
 	// Regional: the request went to a cloud's regional endpoint (POST /settle's
 	// "regionalEndpoint"; the front doors' requests say it in RecordRequest), or its
@@ -643,14 +643,13 @@ func (t *Tracker) Finish(id string, u Usage, done func(settleq.Result)) error {
 		FinishedAtUnixMs:                t.clk.Now().UnixMilli(),
 		UpstreamStatus:                  u.UpstreamStatus,
 		UsageEstimated:                  u.Estimated,
-		PriorityTier:                    u.Tier != pricecatalog.Standard,
-		ServiceTier:                     serviceTiers[u.Tier],
 		RegionalEndpoint:                u.Regional,
 		UpstreamHost:                    u.Host,
 		GuardrailUnits:                  guardrailUnits(u.Guardrail),
 		Refused:                         u.Refused,
 	}
 	item.AdvisorCacheCreationOneHourInputTokens = u.AdvisorCacheCreation1hInputTokens
+	setTier(item, u.Tier)
 	var res *settleq.Reservation
 	r := t.take(id)
 	start := t.clk.Now() // of a request this process did not admit: not known
@@ -1027,10 +1026,22 @@ func (t *Tracker) SettleAll(ctx context.Context) (settled, left int) {
 	return settled, left
 }
 
-// serviceTiers is each speed tier as the internal API says it.
-var serviceTiers = [...]internalv1.ServiceTier{
-	pricecatalog.Standard:         internalv1.ServiceTier_SERVICE_TIER_UNSPECIFIED,
+// serviceTiers is each dear speed tier as the internal API says it.
+var serviceTiers = map[pricecatalog.Tier]internalv1.ServiceTier{
 	pricecatalog.Fast:             internalv1.ServiceTier_SERVICE_TIER_FAST,
 	pricecatalog.Ultrafast:        internalv1.ServiceTier_SERVICE_TIER_ULTRAFAST,
 	pricecatalog.LatencyOptimized: internalv1.ServiceTier_SERVICE_TIER_LATENCY_OPTIMIZED,
+}
+
+// setTier says tier on item: a dear one in service_tier (and priority_tier, which an
+// older control plane reads alone), the one below standard in discount_tier alone. A
+// control plane older than discount_tier ignores it and charges standard; service_tier
+// would be read there as an unknown, the dearest tier it knows.
+func setTier(item *internalv1.SettleItem, tier pricecatalog.Tier) {
+	switch {
+	case tier == pricecatalog.Flex:
+		item.DiscountTier = internalv1.DiscountTier_DISCOUNT_TIER_FLEX
+	case tier != pricecatalog.Standard:
+		item.PriorityTier, item.ServiceTier = true, serviceTiers[tier]
+	}
 }

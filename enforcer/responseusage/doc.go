@@ -158,6 +158,14 @@
 //     "optimized" (HeaderBedrockLatency), whatever the body. Bedrock says "standard"
 //     when it served the request at standard latency (the quota spent), and bills it so.
 //
+// Flex, the tier below standard (half the price), is the answer's only where every
+// document of the shape that names a tier names it and none names a dearer one:
+// OpenAI's service_tier "flex" (a chat document's or chunk's, a Responses object's or
+// terminal event's: the earlier events' echo of the request is not read as flex), Gemini's
+// usageMetadata.trafficType ON_DEMAND_FLEX (Vertex AI's Flex PayGo) or serviceTier
+// "flex" (the Gemini API; its header alone is not read). Bedrock's "flex" (Converse's
+// serviceTier.type, the InvokeModel header) is standard: AWS publishes no ratio.
+//
 // A body without usage (an error body, a stream without include_usage) gives
 // a Usage that is not Complete; Format still names the shape when it was
 // recognised, so the caller can tell "no usage requested" from "unknown body".

@@ -63,6 +63,8 @@ type accumulator struct {
 	final bool // the shape's final usage report was seen
 	// tier: the dearest speed tier a document of the shape said the request ran at
 	// (noteTier); regional: one said it ran in a geography (Usage.Regional).
+	// tier is tierUnsaid until a document names one; Flex while each that named one
+	// named flex (noteSaid).
 	tier     pricecatalog.Tier
 	regional bool
 	// hasCost: a document's usage reported the cost (OpenRouter's usage.cost), the
@@ -139,7 +141,7 @@ func (a *accumulator) switchTo(f family) {
 		a.model.reset()
 		a.u = usageFields{}
 		a.final = false
-		a.tier, a.regional = pricecatalog.Standard, false
+		a.tier, a.regional = tierUnsaid, false
 		a.fileSearches, a.imageCalls, a.mapsGrounded, a.advisorResults = 0, 0, false, 0
 		a.searchEvents, a.doneSearches, a.donePages, a.listedPages = 0, 0, 0, 0
 		a.hasCachedAudio, a.cachedAudio = false, 0
@@ -565,6 +567,33 @@ func (a *accumulator) noteIterations(d *docFields) {
 	}
 }
 
+// tierUnsaid is accumulator.tier before any document named a tier: Standard to fill,
+// and below Flex, which only a first say of it sets (noteSaid).
+const tierUnsaid = pricecatalog.Flex - 1
+
+// noteSaid notes a document that named tier t: the dearest said wins, and Flex holds
+// only while every document that named a tier named flex (another, standard included,
+// says the request did not run at flex).
+func (a *accumulator) noteSaid(t pricecatalog.Tier) {
+	if t == pricecatalog.Flex {
+		if a.tier == tierUnsaid {
+			a.tier = pricecatalog.Flex
+		}
+		return
+	}
+	a.tier = max(a.tier, t)
+}
+
+// isFlex tells whether c names the tier below standard (pricecatalog.FlexNames).
+func isFlex(c *capture) bool {
+	for _, n := range pricecatalog.FlexNames {
+		if c.is(n.Name) {
+			return true
+		}
+	}
+	return false
+}
+
 // noteTier keeps the dearest speed tier a document said the request ran at: an
 // OpenAI document's (chat, Responses) service_tier of pricecatalog.TierNames, an
 // Anthropic one's usage.speed "fast", a Gemini one's usageMetadata.trafficType
@@ -574,6 +603,14 @@ func (a *accumulator) noteIterations(d *docFields) {
 // event's service_tier, which says the tier the response ran at whatever its earlier
 // events echoed of the request's; so for an Anthropic usage's inference_geo
 // naming a geography (a.regional).
+//
+// The tier below standard (pricecatalog.Flex) is the answer's only where every document
+// that named a tier named flex and none said a dearer one (fill): an OpenAI chat
+// answer's or chunks' service_tier "flex", a Responses answer's or terminal event's (its
+// stream's earlier events echo the request's ask, which is not charged: a stream cut
+// before its terminal event is standard), a Gemini one's usageMetadata.trafficType
+// ON_DEMAND_FLEX (Vertex AI's Flex PayGo) or serviceTier "flex" (the Gemini API). Not
+// Bedrock's serviceTier.type "flex", charged as standard (AWS publishes no ratio).
 func (a *accumulator) noteTier(d *docFields, root int) {
 	tier := &d.tier[root]
 	switch a.fam {
@@ -584,15 +621,22 @@ func (a *accumulator) noteTier(d *docFields, root int) {
 				said = n.Tier
 			}
 		}
-		if a.fam == famResponses && tier.ok && isResponseTerminal(d) {
+		whole := a.fam == famResponses && (isResponseTerminal(d) || a.shape == shapeJSON)
+		if isFlex(tier) && (a.fam == famChat || whole) {
+			said = pricecatalog.Flex
+		}
+		if whole && tier.ok {
 			// A Responses stream's earlier events (response.created, .in_progress) echo
 			// the tier the request asked for; its terminal event says the one it ran at
 			// ("default" when a fast request ran at the standard speed, and was billed
-			// so), which wins. A stream cut before it keeps the dearest said.
+			// so), which wins. A stream cut before it keeps the dearest said (an echoed
+			// "flex" is standard).
 			a.tier = said
 			return
 		}
-		a.tier = max(a.tier, said)
+		if tier.ok {
+			a.noteSaid(said)
+		}
 	case famAnthropic:
 		for _, n := range pricecatalog.SpeedNames {
 			if tier.is(n.Name) {
@@ -602,11 +646,17 @@ func (a *accumulator) noteTier(d *docFields, root int) {
 		// Its inference_geo ("us": US-only inference, 1.1 times the price).
 		a.regional = a.regional || d.geoPinned
 	case famGemini, famConverse:
-		if d.priorityTraffic {
-			a.tier = max(a.tier, pricecatalog.Fast)
+		if d.trafficSaid {
+			said := d.traffic
+			if a.fam == famConverse && said == pricecatalog.Flex {
+				said = pricecatalog.Standard // Bedrock's flex: no published ratio
+			}
+			a.noteSaid(said)
 		}
 		// Bedrock Converse's performanceConfig.latency "optimized".
-		a.tier = max(a.tier, d.latency)
+		if d.latency != pricecatalog.Standard {
+			a.tier = max(a.tier, d.latency)
+		}
 	}
 }
 
@@ -638,6 +688,9 @@ func (a *accumulator) fill(u *Usage) {
 		return
 	}
 	u.Tier, u.Regional = a.tier, a.regional
+	if a.tier == tierUnsaid {
+		u.Tier = pricecatalog.Standard
+	}
 	u.Format = formats[a.shape][a.fam]
 	if a.model.ok {
 		u.Model = string(a.model.b)

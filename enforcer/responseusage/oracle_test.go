@@ -1013,7 +1013,7 @@ func oracleDoc(v any, modelLimit int, stream bool) *docFields {
 		d.model[rootTop].set(s)
 	}
 	oracleSpeed(&d.tier[rootTop], [][]member{m})
-	d.priorityTraffic, d.trafficSaid = oracleTraffic(m)
+	d.traffic, d.trafficSaid = oracleTraffic(m)
 	d.latency = oracleLatency(m)
 	d.geoPinned = oracleGeo(m)
 	str(&d.tier[rootTop], m, "service_tier")
@@ -1185,8 +1185,9 @@ func oracleSpeed(c *capture, objs [][]member) {
 
 // oracleTraffic says whether the last trafficType or serviceTier of a top-level usage
 // (Gemini's usageMetadata), or type of a top-level serviceTier (Bedrock Converse's), is
-// ON_DEMAND_PRIORITY or "priority", and whether there was one, whatever its value.
-func oracleTraffic(m []member) (priority, said bool) {
+// ON_DEMAND_PRIORITY or "priority" (Fast), ON_DEMAND_FLEX or "flex" (Flex), else
+// Standard, and whether there was one, whatever its value.
+func oracleTraffic(m []member) (tier pricecatalog.Tier, said bool) {
 	for _, mm := range m {
 		u, ok := mm.val.([]member)
 		if !ok || (mm.key != "usage" && mm.key != "usageMetadata" && mm.key != "serviceTier") {
@@ -1195,11 +1196,17 @@ func oracleTraffic(m []member) (priority, said bool) {
 		for _, f := range u {
 			if (mm.key != "serviceTier" && (f.key == "trafficType" || f.key == "serviceTier")) || (mm.key == "serviceTier" && f.key == "type") {
 				s, _ := f.val.(string)
-				priority, said = s == "ON_DEMAND_PRIORITY" || s == "priority", true
+				tier, said = pricecatalog.Standard, true
+				switch s {
+				case "ON_DEMAND_PRIORITY", "priority":
+					tier = pricecatalog.Fast
+				case "ON_DEMAND_FLEX", "flex":
+					tier = pricecatalog.Flex
+				}
 			}
 		}
 	}
-	return priority, said
+	return tier, said
 }
 
 // oracleLatency is the tier the last latency of a top-level performanceConfig (Bedrock

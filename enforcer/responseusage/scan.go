@@ -661,12 +661,15 @@ type docFields struct {
 	// of root no longer goes to tier (the one speaks for OpenAI, the other for
 	// Anthropic, and no document is both).
 	tierSeen uint8
-	// priorityTraffic: Vertex AI's usageMetadata.trafficType said ON_DEMAND_PRIORITY,
+	// traffic: Fast where Vertex AI's usageMetadata.trafficType said ON_DEMAND_PRIORITY,
 	// the Gemini API's usageMetadata.serviceTier or Bedrock Converse's serviceTier.type
-	// "priority": their priority tier (the last of these fields counts). trafficSaid:
-	// one of these fields was there, whatever it said (a Vertex AI chunk before its last
-	// has a usageMetadata of its trafficType alone: sseFamily).
-	priorityTraffic, trafficSaid bool
+	// "priority": their priority tier; Flex where it said ON_DEMAND_FLEX or "flex"
+	// (pricecatalog.FlexNames; Bedrock's is read as standard); else Standard (the last
+	// of these fields counts). trafficSaid: one of these fields was there, whatever it
+	// said (a Vertex AI chunk before its last has a usageMetadata of its trafficType
+	// alone: sseFamily).
+	traffic     pricecatalog.Tier
+	trafficSaid bool
 	// latency: Bedrock Converse's performanceConfig.latency said "optimized", its
 	// latency-optimized inference, LatencyOptimized (pricecatalog.LatencyNames; the last
 	// one counts), else Standard.
@@ -823,7 +826,7 @@ func (d *docFields) reset() {
 	d.searches, d.pageActions, d.fileSearches, d.imageCalls, d.advisorResult = 0, 0, 0, 0, false
 	d.webSearchResult, d.resultFailed = false, false
 	d.hasCachedAudio, d.cachedAudio = false, 0
-	d.tierSeen, d.priorityTraffic, d.trafficSaid, d.geoPinned, d.mapsGrounded = 0, false, false, false, false
+	d.tierSeen, d.traffic, d.trafficSaid, d.geoPinned, d.mapsGrounded = 0, pricecatalog.Standard, false, false, false
 	d.latency = pricecatalog.Standard
 	d.container.reset()
 	d.containers = d.containers[:0]
@@ -1625,7 +1628,12 @@ func (s *scanner) endString() bool {
 			case s.capFor == capGroundingType:
 				s.entryMatch = s.keyCap.is("google_search")
 			case s.capFor == capTraffic:
-				s.doc.priorityTraffic = s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority")
+				switch {
+				case s.keyCap.is("ON_DEMAND_PRIORITY") || s.keyCap.is("priority"):
+					s.doc.traffic = pricecatalog.Fast
+				case isFlex(&s.keyCap):
+					s.doc.traffic = pricecatalog.Flex
+				}
 			case s.capFor == capLatency:
 				s.doc.latency = pricecatalog.Standard
 				for _, n := range pricecatalog.LatencyNames {
@@ -1718,7 +1726,7 @@ func (s *scanner) valueStart(c byte, at int) {
 			d.tier[t.root].reset()
 		}
 	case tgTraffic:
-		d.priorityTraffic, d.trafficSaid = false, true // the last one counts
+		d.traffic, d.trafficSaid = pricecatalog.Standard, true // the last one counts
 	case tgLatency:
 		d.latency = pricecatalog.Standard // the last one counts
 	case tgGeo:

@@ -241,7 +241,7 @@ type Usage struct {
 	// report, with input and output counts, was seen (see the package doc).
 	Complete bool
 	// Tier is the speed tier the response says it ran at, dearer than the standard
-	// prices of the catalog (see the package doc).
+	// prices of the catalog, or Flex below them (see the package doc).
 	Tier pricecatalog.Tier
 	// Regional: the response says it ran in one geography rather than anywhere
 	// (Anthropic's usage.inference_geo other than "global": "us"), which costs a model's
@@ -701,7 +701,9 @@ func (e *Extractor) Finish(endOfStream bool) Usage {
 		e.acc.fromJSON(&e.scan.doc, wellFormed)
 	}
 	e.acc.fill(&u)
-	u.Tier = max(u.Tier, e.headerTier) // a header's say, whatever the body's
+	if e.headerTier != pricecatalog.Standard {
+		u.Tier = max(u.Tier, e.headerTier) // a header's dear tier, whatever the body's
+	}
 	if e.mode == modeArray && e.arr != arrClosed {
 		u.Complete = false // a cut or malformed array
 	}

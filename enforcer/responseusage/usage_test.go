@@ -786,6 +786,7 @@ func TestPriorityTier(t *testing.T) {
 		fast      = pricecatalog.Fast
 		ultrafast = pricecatalog.Ultrafast
 		latency   = pricecatalog.LatencyOptimized
+		flex      = pricecatalog.Flex
 	)
 	for _, tc := range []struct {
 		name, ct, body string
@@ -793,7 +794,29 @@ func TestPriorityTier(t *testing.T) {
 	}{
 		{"chat, priority", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"priority","usage":{"prompt_tokens":1,"completion_tokens":2}}`, fast},
 		{"chat, default", ctJSON, `{"object":"chat.completion","model":"gpt-5","service_tier":"default","usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
-		{"chat, flex", ctJSON, `{"object":"chat.completion","service_tier":"flex","usage":{"prompt_tokens":1,"completion_tokens":2}}`, std},
+		// The tier below standard: OpenAI's flex, the answer's say alone.
+		{"chat, flex", ctJSON, `{"object":"chat.completion","service_tier":"flex","usage":{"prompt_tokens":1,"completion_tokens":2}}`, flex},
+		{"Responses object, flex", ctJSON, `{"object":"response","service_tier":"flex","usage":{"input_tokens":1,"output_tokens":2}}`, flex},
+		{"chat stream, flex", ctSSE, "data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"flex\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n" +
+			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"flex\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", flex},
+		{"chat stream, flex then default: standard", ctSSE, "data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"flex\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n" +
+			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"default\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", std},
+		{"chat stream, flex then priority: fast", ctSSE, "data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"flex\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n" +
+			"data: {\"object\":\"chat.completion.chunk\",\"service_tier\":\"priority\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", fast},
+		{"Responses stream, flex", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"flex\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"flex\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", flex},
+		{"Responses stream, asked flex, ran at default", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"flex\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"default\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", std},
+		{"Responses stream, flex in the terminal event alone", ctSSE, "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"auto\"}}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"service_tier\":\"flex\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n\n", flex},
+		{"Vertex AI, Flex PayGo", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND_FLEX"},"modelVersion":"gemini-3-flash-preview"}`, flex},
+		{"the Gemini API, flex", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"serviceTier":"flex"}}`, flex},
+		{"Vertex AI stream, Flex PayGo in every chunk", ctSSE, "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]}}],\"usageMetadata\":{\"trafficType\":\"ON_DEMAND_FLEX\"}}\r\n\r\n" +
+			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"y\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":1,\"candidatesTokenCount\":2,\"trafficType\":\"ON_DEMAND_FLEX\"}}\r\n\r\n", flex},
+		{"Vertex AI stream, one chunk on demand: standard", ctSSE, "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]}}],\"usageMetadata\":{\"trafficType\":\"ON_DEMAND_FLEX\"}}\r\n\r\n" +
+			"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"y\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":1,\"candidatesTokenCount\":2,\"trafficType\":\"ON_DEMAND\"}}\r\n\r\n", std},
+		// Amazon Bedrock's flex: AWS publishes no ratio, so it is charged as standard.
+		{"Bedrock Converse, flex: standard", ctJSON, `{"output":{"message":{"role":"assistant","content":[{"text":"x"}]}},"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"serviceTier":{"type":"flex"}}`, std},
 		{"Responses object", ctJSON, `{"object":"response","service_tier":"priority","usage":{"input_tokens":1,"output_tokens":2}}`, fast},
 		// The priority tier's name since 2026-07-30, which the models after GPT-5.6
 		// answer with, and the dearer "ultrafast".
@@ -833,7 +856,8 @@ func TestPriorityTier(t *testing.T) {
 		// Vertex AI: usageMetadata.trafficType ON_DEMAND_PRIORITY, its priority tier.
 		{"Vertex AI, priority", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND_PRIORITY"},"modelVersion":"gemini-3-pro-preview"}`, fast},
 		{"Vertex AI, on demand", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND"},"modelVersion":"gemini-3-pro-preview"}`, std},
-		{"Vertex AI, the last trafficType", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND_FLEX"}}`, std},
+		{"Vertex AI, the last trafficType", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND"}}`, std},
+		{"Vertex AI, the last trafficType: flex", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"trafficType":"ON_DEMAND_PRIORITY","promptTokenCount":1,"candidatesTokenCount":2,"trafficType":"ON_DEMAND_FLEX"}}`, flex},
 		{"the Gemini API, priority", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"serviceTier":"priority"}}`, fast},
 		{"the Gemini API, standard", ctJSON, `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2,"serviceTier":"standard"}}`, std},
 		// Amazon Bedrock's Converse: serviceTier.type "priority".
@@ -877,8 +901,14 @@ func TestPriorityTier(t *testing.T) {
 }
 
 // A Responses stream cut before its terminal event is charged the dearest tier its
-// events said (what the request asked for): nothing said it ran at another.
+// events said (what the request asked for): nothing said it ran at another. Not flex:
+// the echo of the request's ask is not the answer's say, and a cut stream is standard.
 func TestResponsesStreamCutKeepsTheAskedTier(t *testing.T) {
+	flex := "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"flex\"}}\n\n" +
+		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"hello\"}\n\n"
+	if got := run(ctSSE, nil, Limits{}, bytewise([]byte(flex)), false); got.Tier != pricecatalog.Standard || got.Complete {
+		t.Fatalf("flex: %s", show(got))
+	}
 	body := "data: {\"type\":\"response.created\",\"response\":{\"service_tier\":\"priority\"}}\n\n" +
 		"data: {\"type\":\"response.output_text.delta\",\"delta\":\"hello\"}\n\n"
 	if got := run(ctSSE, nil, Limits{}, bytewise([]byte(body)), false); got.Tier != pricecatalog.Fast || got.Complete {

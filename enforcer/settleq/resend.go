@@ -105,6 +105,9 @@ func resendAttr(item *internalv1.SettleItem) slog.Attr {
 	if b.ServiceTier == "" && item.GetPriorityTier() {
 		b.ServiceTier = "fast" // a sender from before service_tier
 	}
+	if b.ServiceTier == "" && item.GetDiscountTier() == internalv1.DiscountTier_DISCOUNT_TIER_FLEX {
+		b.ServiceTier = "flex"
+	}
 	if g := item.GetGuardrailUnits(); g != nil {
 		gu := resendGuardrail{ContentText: g.GetContentText(), DeniedTopics: g.GetDeniedTopics(), SensitiveInformation: g.GetSensitiveInformation(),
 			ContextualGrounding: g.GetContextualGrounding(), AutomatedReasoning: g.GetAutomatedReasoning(), ContentImages: g.GetContentImages(),

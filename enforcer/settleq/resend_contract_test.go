@@ -1,6 +1,7 @@
 package settleq
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
 // The re-send body is /settle's (enforcer/httpcheck's settleBody): every field it writes
@@ -55,4 +58,24 @@ func jsonTagsOf(t *testing.T, file string, types ...string) map[string]bool {
 		t.Fatalf("found %d of the types %v in %s (%d JSON names)", found, types, file, len(names))
 	}
 	return names
+}
+
+// The re-send of a settlement at the flex tier says it as /settle takes it, "flex" (the
+// item carries it in discount_tier, beside an unspecified service_tier); before, it was
+// re-sent at the standard price. A dear service_tier beside it wins.
+func TestResendSaysTheFlexTier(t *testing.T) {
+	for _, tc := range []struct {
+		item *internalv1.SettleItem
+		want string
+	}{
+		{&internalv1.SettleItem{RequestId: "r1", Model: "gpt-5", InputTokens: 10, DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX}, "flex"},
+		{&internalv1.SettleItem{RequestId: "r2", Model: "gpt-5", InputTokens: 10, PriorityTier: true, ServiceTier: internalv1.ServiceTier_SERVICE_TIER_FAST,
+			DiscountTier: internalv1.DiscountTier_DISCOUNT_TIER_FLEX}, "fast"},
+		{&internalv1.SettleItem{RequestId: "r3", Model: "gpt-5", InputTokens: 10}, ""},
+	} {
+		var body resendBody
+		if err := json.Unmarshal(resendAttr(tc.item).Value.Any().(json.RawMessage), &body); err != nil || body.ServiceTier != tc.want {
+			t.Errorf("%s: serviceTier %q, want %q (%v)", tc.item.GetRequestId(), body.ServiceTier, tc.want, err)
+		}
+	}
 }
