@@ -140,6 +140,13 @@ func TestScheduleLogsAnInterruptedRun(t *testing.T) {
 		if removed != 2 {
 			t.Fatalf("the interrupted run's log says starts_removed %d, want 2 (one batch)", removed)
 		}
+		// The run cut short by serve stopping is due again at once, for the control
+		// plane that comes next (a rollout), not an interval later.
+		applied, _ := schedules(t, f.e, 1, time.Hour)
+		waitFor(t, "no run of the next control plane after a run cut short", func() bool { return applied() == 1 })
+		if n := f.count(t, `SELECT count(*) FROM usage_request_starts WHERE snapshot IS NOT NULL`); n != 0 {
+			t.Fatalf("%d snapshots left after the next control plane's run", n)
+		}
 		return
 	}
 	t.Fatalf("no warning of the interrupted scheduled run; logged: %v", h.records())
@@ -162,6 +169,7 @@ func TestScheduledRunIsAuditedWhenItRemoves(t *testing.T) {
 			t.Fatal("fewer than 3 applied runs after 10 s with an interval of 10 ms")
 		}
 		time.Sleep(20 * time.Millisecond)
+		f.e.Clock.Advance(10 * time.Millisecond) // a run is due once the interval passed on the clock
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -520,33 +520,66 @@ func (r Report) Write(w io.Writer) {
 	}
 }
 
-// Schedule runs an applied retention every Interval until ctx ends (serve's
-// TOLLGATE_RETENTION_INTERVAL), audited when it removed something. A failed run is logged and tried again at the next tick;
-// one cut short after removing data (serve stopping, too) is logged as interrupted, at
-// warn, with what it removed.
+// Schedule runs an applied retention once every Interval across the deployment (serve's
+// TOLLGATE_RETENTION_INTERVAL), audited when it removed something. Whether a run is due
+// is kept in Postgres (store.ClaimScheduledRun): the schedule looks when it starts and
+// then every minute (every Interval when shorter), and runs when the last run, by any
+// control plane, began at least an Interval ago, so a control plane restarted more often
+// than the interval still runs it and several control planes run it once between them. A
+// failed run is logged and tried again once the interval has passed; one cut short after
+// removing data (serve stopping, too) is logged as interrupted, at warn, with what it
+// removed; one cut short by serve stopping is due again at once.
 type Schedule struct {
 	Deps     Deps
 	Options  Options
 	Interval time.Duration
 }
 
+// scheduleJob names retention's row in scheduled_runs.
+const scheduleJob = "retention"
+
+// scheduleCheck is how often a schedule looks whether its run is due, at most.
+const scheduleCheck = time.Minute
+
 // Run is the schedule's loop.
 func (s Schedule) Run(ctx context.Context) error {
-	return lifecycle.Every(ctx, s.Interval, func(ctx context.Context) {
-		o := s.Options
-		o.Apply, o.Scheduled = true, true
-		r, err := Run(ctx, s.Deps, o)
-		switch {
-		case err == nil:
-		case r.Removed() > 0:
-			// Cut short (serve stopping, or a failure) after removing data: what it
-			// removed is audited as interrupted; say so whatever the context's state.
-			s.Deps.Log.Warn("scheduled retention interrupted after removing data (audited as interrupted); the rest waits for the next run", "err", err,
-				"starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed, "quarantine_removed", r.Quarantine.Removed,
-				"voids_removed", r.Voids.Removed,
-				"sessions_removed", r.Sessions.Removed, "invitations_removed", r.Invitations.Removed)
-		case ctx.Err() == nil:
-			s.Deps.Log.Error("scheduled retention failed; trying again at the next interval", "err", err)
+	s.tick(ctx)
+	return lifecycle.Every(ctx, min(s.Interval, scheduleCheck), s.tick)
+}
+
+// tick runs retention when its run is due and this control plane claims it.
+func (s Schedule) tick(ctx context.Context) {
+	began := s.Deps.Clock.Now()
+	due, err := store.ClaimScheduledRun(ctx, s.Deps.Store.Pool, scheduleJob, began, s.Interval)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.Deps.Log.Error("scheduled retention could not tell whether a run is due; looking again later", "err", err)
+		return
+	case err != nil || !due:
+		return
+	}
+	o := s.Options
+	o.Apply, o.Scheduled = true, true
+	r, err := Run(ctx, s.Deps, o)
+	if err != nil && ctx.Err() != nil {
+		// Cut short by serve stopping (a rollout): the run is due again at once, for
+		// the control plane that comes next, instead of an interval later.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+		if rerr := store.ReleaseScheduledRun(rctx, s.Deps.Store.Pool, scheduleJob, began); rerr != nil {
+			s.Deps.Log.Warn("scheduled retention cut short could not be marked due again; it runs once the interval has passed", "err", rerr)
 		}
-	})
+		cancel()
+	}
+	switch {
+	case err == nil:
+	case r.Removed() > 0:
+		// Cut short (serve stopping, or a failure) after removing data: what it
+		// removed is audited as interrupted; say so whatever the context's state.
+		s.Deps.Log.Warn("scheduled retention interrupted after removing data (audited as interrupted); the rest waits for the next run", "err", err,
+			"starts_removed", r.Starts.Removed, "receipts_removed", r.Receipts.Removed, "quarantine_removed", r.Quarantine.Removed,
+			"voids_removed", r.Voids.Removed,
+			"sessions_removed", r.Sessions.Removed, "invitations_removed", r.Invitations.Removed)
+	case ctx.Err() == nil:
+		s.Deps.Log.Error("scheduled retention failed; trying again once the interval has passed", "err", err)
+	}
 }

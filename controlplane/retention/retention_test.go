@@ -231,6 +231,7 @@ func TestScheduleRunsAppliedRetention(t *testing.T) {
 			t.Fatalf("%v applied runs after 10 s with an interval of 10 ms", testutil.ToFloat64(m.RetentionRuns.WithLabelValues("applied")))
 		}
 		time.Sleep(20 * time.Millisecond)
+		e.Clock.Advance(10 * time.Millisecond) // a run is due once the interval passed on the clock
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -191,3 +191,20 @@ func DeleteEnded(ctx context.Context, q Querier, t EndingTable, ids []string, cu
 	tag, err := q.Exec(ctx, `DELETE FROM `+t.name+` WHERE id = ANY($1) AND LEAST(`+t.endedEarly+`, expires_at) < $2`, ids, cutoff)
 	return tag.RowsAffected(), err
 }
+
+// ClaimScheduledRun records that a run of job begins at now when none began within
+// interval before it (the last began at or before now - interval, or none ever did), and
+// says whether it did. Of the control planes that ask at once, one claims the run: the
+// others wait for its row and then find it begun.
+func ClaimScheduledRun(ctx context.Context, q Querier, job string, now time.Time, interval time.Duration) (bool, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO scheduled_runs AS s (job, started_at) VALUES ($1, $2)
+		ON CONFLICT (job) DO UPDATE SET started_at = EXCLUDED.started_at WHERE s.started_at <= $3`, job, now, now.Add(-interval))
+	return tag.RowsAffected() == 1, err
+}
+
+// ReleaseScheduledRun makes the run of job claimed at began due again (a run cut short),
+// unless another run was claimed since.
+func ReleaseScheduledRun(ctx context.Context, q Querier, job string, began time.Time) error {
+	_, err := q.Exec(ctx, `DELETE FROM scheduled_runs WHERE job = $1 AND started_at = $2`, job, began)
+	return err
+}
