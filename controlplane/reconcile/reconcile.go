@@ -41,7 +41,10 @@ const (
 	// charged.
 	MaxCostMicroUSD int64 = 1_000_000_000
 	// MaxAdmissionLead bounds how long before its settlement was first seen a request
-	// may have been admitted: a request runs and its settlement is retried for far less.
+	// may have been admitted, by the operator's proof alone: a request runs and its
+	// settlement is retried for far less. A record whose snapshot names the admission
+	// instant is reconciled at exactly that instant, however long before (an enforcer's
+	// spool keeps a settlement whatever its age).
 	// It may not have been admitted after its settlement was first seen, but for the
 	// clock skew the ledger takes in a snapshot (accounting.MaxClockSkew: an enforcer's
 	// clock ahead of the control plane's), or a record whose snapshot says so could
@@ -304,11 +307,16 @@ func check(ctx context.Context, tx pgx.Tx, r Request, now time.Time) (Answer, []
 			if q.MemberID != "" && q.MemberID != it.MemberID {
 				refuse(i, MemberMismatch, "the quarantined settlement names member %s", q.MemberID)
 			}
-			if it.AdmittedAt.After(q.FirstSeenAt.Add(accounting.MaxClockSkew)) || it.AdmittedAt.Before(q.FirstSeenAt.Add(-MaxAdmissionLead)) {
+			// The record's own snapshot proves its admission instant, however long
+			// before the settlement came (an enforcer's spool never gives one up for
+			// its age); the bounds stand in for that proof where there is none.
+			at, snapped := snapshotAdmission(q.Payload)
+			if !(snapped && at.Equal(it.AdmittedAt)) &&
+				(it.AdmittedAt.After(q.FirstSeenAt.Add(accounting.MaxClockSkew)) || it.AdmittedAt.Before(q.FirstSeenAt.Add(-MaxAdmissionLead))) {
 				refuse(i, AdmissionOutOfBounds, "the admission must lie within %s before the settlement was first seen (%s), and at most %s after it",
 					MaxAdmissionLead, q.FirstSeenAt.UTC().Format(time.RFC3339Nano), accounting.MaxClockSkew)
 			}
-			if at, ok := snapshotAdmission(q.Payload); ok && !at.Equal(it.AdmittedAt) {
+			if snapped && !at.Equal(it.AdmittedAt) {
 				refuse(i, AdmissionMismatch, "the quarantined settlement's snapshot was admitted at %s", at.Format(time.RFC3339Nano))
 			}
 		}

@@ -42,3 +42,38 @@ func TestReconcileAcceptsASnapshotAdmittedWithinTheClockSkew(t *testing.T) {
 	}
 	accountingtest.Check(t, f.e.Store)
 }
+
+// An enforcer's spool never gives a settlement up for its age (docs/enforcer.md): one
+// back after a week away (its node down, its volume kept) brings its snapshot, and the
+// fence may have moved meanwhile (an operator suspended and resumed the member's
+// capture), so it is quarantined epoch_changed with an admission more than 7 days
+// before it was first seen. Reconciliation demands exactly that instant as proof, and
+// refused it as "too long before the settlement was seen": the record could never be
+// reconciled, stayed open for good (retention keeps open records) and its cost was
+// charged by no path. The record's own snapshot is the proof the bound stood in for.
+func TestReconcileAcceptsTheSnapshotOfASettlementSpooledForAWeek(t *testing.T) {
+	f := setup(t)
+	now := f.e.Clock.Now()
+	id := accountingtest.ReqID()
+	snapAt := now.Add(-(reconcile.MaxAdmissionLead + 36*time.Hour)).Truncate(time.Millisecond)
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $5::bigint::text)), $4, $4)`,
+		id, f.org, f.member, now, snapAt.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	ans := f.reconcile(t, true, reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: snapAt, Cost: 70})
+	if !ans.Applied || ans.Results[0].Outcome != reconcile.Reconciled {
+		t.Fatalf("the snapshot's own admission instant, %v before the record was first seen: %+v", now.Sub(snapAt), ans.Results)
+	}
+	if got := f.e.Used(t, f.org, f.member, window.Day, snapAt); got != 70 {
+		t.Fatalf("charged %d on the admission day, want 70", got)
+	}
+	// Without a snapshot, the operator's proof alone stays bounded.
+	bare := accountingtest.ReqID()
+	f.quarantine(t, bare, 10)
+	ans = f.reconcile(t, false, reconcile.Item{RequestID: bare, MemberID: f.member, AdmittedAt: snapAt, Cost: 1})
+	if ans.Results[0].Outcome != reconcile.AdmissionOutOfBounds {
+		t.Fatalf("a proof without a snapshot admitted %v before the settlement was seen: %+v", now.Sub(snapAt), ans.Results)
+	}
+	accountingtest.Check(t, f.e.Store)
+}

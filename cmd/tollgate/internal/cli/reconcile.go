@@ -180,8 +180,9 @@ func snapshotAdmission(record json.RawMessage) (string, bool) {
 
 func reconcileCharge(ctx context.Context, args []string, getenv func(string) string, stdio IO) error {
 	fs := newFlagSet("reconcile charge", "Usage: tollgate reconcile charge --request ID --member om_... --admitted-at RFC3339 --cost-micro-usd N --reference TEXT [--apply]\n\n"+
-		"Charges one quarantined settlement with reviewed proof: the member, the admission instant (at most\n"+
-		"7 days before the settlement was first seen) and the charge (0 to 1000000000 micro-USD), once, on\n"+
+		"Charges one quarantined settlement with reviewed proof: the member, the admission instant (its\n"+
+		"snapshot's when it has one, else at most 7 days before the settlement was first seen) and the\n"+
+		"charge (0 to 1000000000 micro-USD), once, on\n"+
 		"the windows of the admission instant. Refused when the request was charged or reconciled before, or\n"+
 		"when a counter of those windows holds spend its receipts do not explain. Without --apply it previews.\n\n"+reconcileChargeExample, stdio)
 	var a apiFlags
