@@ -141,7 +141,7 @@ func (s *Server) moveCapture(c *Call, enable bool) error {
 		if !apply {
 			return nil
 		}
-		return s.entitlementChanged(c, c.OrgID(), ids, nil)
+		return s.entitlementChanged(c, tx, c.OrgID(), ids, nil)
 	})
 	if err != nil {
 		return err

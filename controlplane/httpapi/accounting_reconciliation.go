@@ -162,7 +162,7 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 			return err
 		}
 		// The counters moved: the enforcers' records must show the new spend.
-		return s.entitlementChanged(c, c.OrgID(), ans.Members, nil)
+		return s.entitlementChanged(c, tx, c.OrgID(), ans.Members, nil)
 	})
 	if err != nil {
 		return err

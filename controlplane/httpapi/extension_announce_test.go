@@ -80,3 +80,70 @@ func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
 	// A repeated denial changes no entitlement and announces nothing.
 	e.Do(t, "POST", resetsPath+"/"+r.ID+"/deny", nil, o.As()...).ExpectError(t, http.StatusConflict, "reset_request_decided")
 }
+
+// An approval whose announcement was lost, and that nobody approves again (the owner saw
+// it answered), still reaches the enforcers: its transaction marked the member for a
+// mirror repair, which a control plane's next maintenance round makes from Postgres.
+// Before, nothing rewrote the record until the member's next change or the next day's
+// records, by which time a day's extension is worth nothing. A rewrite that did happen
+// clears its mark: the next round rewrites nothing.
+func TestLostApprovalIsRepairedByTheNextRound(t *testing.T) {
+	t.Parallel()
+	ev := &losableEvents{}
+	e := apitest.NewWith(t, apitest.Options{Events: ev})
+	rdb, layout := testredis.New(t)
+	reg := prometheus.NewRegistry()
+	w := mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: rdb, Layout: layout, Clock: e.Clock,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(reg)})
+	ctx := context.Background()
+	if err := w.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev.w = w
+	o, bob, r := bobAsksForMore(t, e)
+	extension := func() int64 {
+		t.Helper()
+		rec, err := layout.Read(ctx, rdb, bob.MemberID, w.Generation())
+		if err != nil || rec == nil {
+			t.Fatalf("bob's record: %v %v", rec, err)
+		}
+		for _, l := range rec.GetEntitlement().GetLimits() {
+			if l.GetTimeframe() == string(window.Day) {
+				return l.GetExtensionMicroUsd()
+			}
+		}
+		t.Fatal("no day limit in bob's record")
+		return 0
+	}
+	marks := func() int {
+		t.Helper()
+		var n int
+		if err := e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_mirror_repairs WHERE member_id = $1`, bob.MemberID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := extension(); got != 0 {
+		t.Fatalf("extension %d before the approval", got)
+	}
+	// Bob's request was announced (his tracking began): no mark is left of it.
+	if n := marks(); n != 0 {
+		t.Fatalf("%d repair marks after announced changes", n)
+	}
+	ev.lose.Store(true)
+	if got := approve(t, e, o, r.ID); got.Status != "approved" {
+		t.Fatalf("approval %+v", got)
+	}
+	if got := extension(); got != 0 {
+		t.Fatalf("the lost announcement wrote extension %d", got)
+	}
+	if err := w.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := extension(); got != 3 {
+		t.Fatalf("after the next maintenance round the enforcers' record says extension %d, want 3", got)
+	}
+	if n := marks(); n != 0 {
+		t.Fatalf("%d repair marks left after the repair", n)
+	}
+}

@@ -161,7 +161,7 @@ func (s *Server) decide(c *Call, in any, to string, note func(*fault.Problems) *
 		r, changed, err := extension.Decide(c.Ctx, tx, c, extension.Decision{OrganizationID: c.OrgID(), RequestID: id, To: to,
 			By: c.Member.ID, Note: noteText}, c.now)
 		out = r
-		return s.entitlementChanged(c, c.OrgID(), changed, err)
+		return s.entitlementChanged(c, tx, c.OrgID(), changed, err)
 	})
 	if err != nil {
 		return err

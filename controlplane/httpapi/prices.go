@@ -616,5 +616,5 @@ func (s *Server) rewriteOrgRecords(c *Call, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	return s.entitlementChanged(c, c.OrgID(), ids, nil)
+	return s.entitlementChanged(c, tx, c.OrgID(), ids, nil)
 }

@@ -119,8 +119,13 @@ func (w *Writer) setGeneration(g string) {
 // transaction that changed them; the records are read now, after its commit, so they
 // contain at least that change). Failures are counted and remembered for repair.
 func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
+	w.refresh(ctx, versions)
+}
+
+// refresh is Refresh, answering the records that are in Redis now (write).
+func (w *Writer) refresh(ctx context.Context, versions map[string]int64) []*mirror.Record {
 	if len(versions) == 0 {
-		return
+		return nil
 	}
 	members := make([]string, 0, len(versions))
 	for m := range versions {
@@ -140,7 +145,7 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 		w.log.Warn("mirror: cannot read records to write; they are deleted and will be repaired", "members", len(members), "err", err)
 		w.forgetRecords(ctx, members)
 		w.remember(members)
-		return
+		return nil
 	}
 	gen := w.Generation()
 	recs := make([]*mirror.Record, 0, len(members))
@@ -149,7 +154,7 @@ func (w *Writer) Refresh(ctx context.Context, versions map[string]int64) {
 			recs = append(recs, rec)
 		}
 	}
-	w.write(ctx, recs)
+	return w.write(ctx, recs)
 }
 
 // RefreshOlder is Refresh for the members whose records in Redis are older than
@@ -395,8 +400,15 @@ func (w *Writer) EntitlementChanged(ctx context.Context, orgID string, memberIDs
 			"members", len(memberIDs), "err", err)
 		w.forgetRecords(ctx, memberIDs)
 		w.remember(memberIDs)
-	} else {
-		w.Refresh(ctx, versions)
+	} else if done := w.refresh(ctx, versions); len(done) > 0 {
+		// The change's transaction marked its members for repair (in case this process
+		// ended before this rewrite); the records written need none.
+		_, written := memberVersions(done)
+		if err := store.ClearMirrorRepairs(ctx, w.st.Pool, written); err != nil {
+			w.metrics.StoreErrors.WithLabelValues("mirror_repair").Inc()
+			w.log.Warn("mirror: cannot clear the repair marks of rewritten records; the next maintenance round rewrites them again",
+				"members", len(done), "err", err)
+		}
 	}
 	invs := make([]mirror.Invalidation, len(memberIDs))
 	for i, m := range memberIDs {

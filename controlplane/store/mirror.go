@@ -287,6 +287,16 @@ func MarkMirrorRepairs(ctx context.Context, q Querier, versions map[string]int64
 	return err
 }
 
+// AnyVersion marks members for MarkMirrorRepairs at version 0: their records must be
+// rewritten from Postgres once, whatever version the rewrite writes.
+func AnyVersion(members []string) map[string]int64 {
+	out := make(map[string]int64, len(members))
+	for _, m := range members {
+		out[m] = 0
+	}
+	return out
+}
+
 // MirrorRepairs pages through the members marked by MarkMirrorRepairs: ids after
 // `after`, in id order, at most limit.
 func MirrorRepairs(ctx context.Context, q Querier, after string, limit int) ([]string, error) {
