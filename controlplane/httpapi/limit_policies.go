@@ -115,10 +115,11 @@ func viewUsageAssignment(a store.UsageAssignment) usageAssignmentView {
 
 // usageLimitBody is one limit of a policy write. The specification's body shows only
 // costUsd; timeframe is ours and may be left out only when exactly one limit is given,
-// which then limits the day (the specification's example timeframe).
+// which then limits the day (the specification's example timeframe). A null timeframe
+// is not left out: the OpenAPI document's enum has no null (400, as for hardLimit).
 type usageLimitBody struct {
-	Timeframe *string `json:"timeframe"`
-	CostUSD   *string `json:"costUsd"`
+	Timeframe jsonx.Optional[string] `json:"timeframe"`
+	CostUSD   *string                `json:"costUsd"`
 }
 
 // usagePolicyFields are the fields shared by create and the full-replacement PATCH.
@@ -135,9 +136,11 @@ type usagePolicyFields struct {
 // usageInFlightBody is the in-flight guard of a policy write; absent or null is the
 // specification's behaviour (no reservations, no cap).
 type usageInFlightBody struct {
-	Reserve            jsonx.Optional[bool] `json:"reserve"`
-	ReservationCostUSD *string              `json:"reservationCostUsd"`
-	MaxRequests        *int64               `json:"maxRequests"`
+	Reserve jsonx.Optional[bool] `json:"reserve"`
+	// ReservationCostUSD is a string or absent; null is refused (the OpenAPI document's
+	// type is string), unlike maxRequests, whose null is "no cap".
+	ReservationCostUSD jsonx.Optional[string] `json:"reservationCostUsd"`
+	MaxRequests        *int64                 `json:"maxRequests"`
 }
 
 func (in *usageInFlightBody) validate(p *fault.Problems) limits.Guard {
@@ -149,9 +152,9 @@ func (in *usageInFlightBody) validate(p *fault.Problems) limits.Guard {
 		p.Add("must be a boolean", "inFlight", "reserve")
 	}
 	g.ReserveInFlight = in.Reserve.Value
-	if in.ReservationCostUSD != nil {
-		micro, err := money.ParseUSD(*in.ReservationCostUSD)
-		if err != nil || micro > money.MaxAllowanceMicroUSD {
+	if r := in.ReservationCostUSD; r.Set {
+		micro, err := money.ParseUSD(r.Value)
+		if err != nil || r.Null || micro > money.MaxAllowanceMicroUSD {
 			p.Add("must be a decimal USD string such as \"0.05\" (no sign, at most 6 decimals, at most "+
 				money.FormatUSD(money.MaxAllowanceMicroUSD)+")", "inFlight", "reservationCostUsd")
 		}
@@ -205,9 +208,9 @@ func validateLimits(p *fault.Problems, in []usageLimitBody) []store.UsageLimit {
 	for i, l := range in {
 		tf := window.Day
 		switch {
-		case l.Timeframe != nil:
-			t, err := window.ParseTimeframe(*l.Timeframe)
-			if err != nil {
+		case l.Timeframe.Set:
+			t, err := window.ParseTimeframe(l.Timeframe.Value)
+			if err != nil || l.Timeframe.Null {
 				p.Add("must be day, week or month", "limits", i, "timeframe")
 				continue
 			}

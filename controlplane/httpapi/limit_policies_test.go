@@ -79,6 +79,8 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 		{"timeframe needed with two limits", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "1"},
 			map[string]any{"timeframe": "week", "costUsd": "2"})}, "limits.0.timeframe: is required"},
 		{"unknown timeframe", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"timeframe": "year", "costUsd": "1"})}, "limits.0.timeframe"},
+		// The OpenAPI document's timeframe is an enum without null: null is not "left out".
+		{"null timeframe", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"timeframe": nil, "costUsd": "1"})}, "limits.0.timeframe: must be day, week or month"},
 		{"cost with exponent", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "1e3"})}, "limits.0.costUsd"},
 		{"cost with 7 decimals", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "0.0000001"})}, "limits.0.costUsd"},
 		{"negative cost", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "-1"})}, "limits.0.costUsd"},
@@ -91,6 +93,7 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 		{"reservation with an exponent", inFlightBody(map[string]any{"reserve": true, "reservationCostUsd": "1e3"}), "inFlight.reservationCostUsd: must be"},
 		{"reservation as a number", inFlightBody(map[string]any{"reserve": true, "reservationCostUsd": 1}), "reservationCostUsd"},
 		{"null reserve", inFlightBody(map[string]any{"reserve": nil}), "inFlight.reserve: must be a boolean"},
+		{"null reservation", inFlightBody(map[string]any{"reservationCostUsd": nil}), "inFlight.reservationCostUsd: must be"},
 		{"zero maxRequests", inFlightBody(map[string]any{"maxRequests": 0}), "inFlight.maxRequests: must be an integer from 1 to 100000"},
 		{"too many maxRequests", inFlightBody(map[string]any{"maxRequests": 100001}), "inFlight.maxRequests: must be an integer from 1 to 100000"},
 		{"fractional maxRequests", inFlightBody(map[string]any{"maxRequests": 1.5}), "maxRequests"},
@@ -113,6 +116,16 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 		o.As()...).Expect(t, http.StatusOK).Decode(t, &after)
 	if after.Revision != 2 {
 		t.Fatalf("revision %d after one valid edit", after.Revision)
+	}
+	// Create shares the checks: a null timeframe or reservation is refused there too.
+	for _, body := range []map[string]any{
+		{"name": "x", "limits": lim(map[string]any{"timeframe": nil, "costUsd": "1"})},
+		{"name": "x", "limits": lim(map[string]any{"costUsd": "1"}), "inFlight": map[string]any{"reservationCostUsd": nil}},
+	} {
+		e.Do(t, "POST", policiesPath, body, o.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM usage_policies WHERE organization_id = $1`, o.OrgID); n != 1 {
+		t.Fatalf("%d policies, want the one created first", n)
 	}
 	// Create refuses revision (it is not a create field).
 	e.Do(t, "POST", policiesPath, map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"costUsd": "1"})}, o.As()...).
