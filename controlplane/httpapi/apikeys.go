@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
+	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -20,15 +21,16 @@ const keyStartLength = 8
 
 func (s *Server) createAPIKey(c *Call) error {
 	var in struct {
-		Name          *string `json:"name"`
-		ExpiresInDays *int    `json:"expiresInDays"`
+		Name *string `json:"name"`
+		// Absent: the key never expires; null is refused (the OpenAPI type is integer).
+		ExpiresInDays jsonx.Optional[int] `json:"expiresInDays"`
 	}
 	if err := c.Decode(&in); err != nil {
 		return err
 	}
 	var p fault.Problems
 	name := nameText(&p, in.Name, 1, 120, "name")
-	if in.ExpiresInDays != nil && (*in.ExpiresInDays < 1 || *in.ExpiresInDays > 3650) {
+	if d := in.ExpiresInDays; d.Set && (d.Null || d.Value < 1 || d.Value > 3650) {
 		p.Add("must be 1 to 3650", "expiresInDays")
 	}
 	if err := p.Err(); err != nil {
@@ -43,8 +45,8 @@ func (s *Server) createAPIKey(c *Call) error {
 	key, hash := credential.New(credential.APIKeyPrefix)
 	k := store.APIKey{ID: newID(typeid.APIKey), OrganizationID: c.OrgID(), MemberID: c.Member.ID, UserID: c.Principal.User.ID,
 		Name: name, KeyHash: hash, Start: key[:keyStartLength], CreatedAt: c.now}
-	if in.ExpiresInDays != nil {
-		exp := c.now.Add(time.Duration(*in.ExpiresInDays) * 24 * time.Hour)
+	if in.ExpiresInDays.Set {
+		exp := c.now.Add(time.Duration(in.ExpiresInDays.Value) * 24 * time.Hour)
 		k.ExpiresAt = &exp
 	}
 	err := c.Tx(func(tx pgx.Tx) error {

@@ -147,11 +147,12 @@ func (s *Server) getMarketplace(c *Call) error {
 }
 
 // grantInput is one entry of an access list. It reads back what GET answers (null ids,
-// organization false), so a client can edit the list it was given.
+// organization false), so a client can edit the list it was given. organization is a
+// boolean or absent: GET never answers it null, and the OpenAPI document refuses null.
 type grantInput struct {
 	MemberID     jsonx.Optional[string] `json:"memberId"`
 	TeamID       jsonx.Optional[string] `json:"teamId"`
-	Organization *bool                  `json:"organization"`
+	Organization jsonx.Optional[bool]   `json:"organization"`
 	Role         *string                `json:"role"`
 }
 
@@ -224,7 +225,10 @@ func checkGrants(p *fault.Problems, in *[]grantInput, now time.Time) []store.Gra
 				p.Add(err.Error(), "grants", i, "teamId")
 			}
 		}
-		if g.Organization != nil && *g.Organization {
+		if g.Organization.Set && g.Organization.Null {
+			p.Add("must be a boolean", "grants", i, "organization")
+		}
+		if g.Organization.Value {
 			targets++
 			target = "organization"
 			grant.Organization = true

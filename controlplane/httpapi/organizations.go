@@ -21,17 +21,20 @@ const invitationTTL = 7 * 24 * time.Hour
 func (s *Server) createOrganization(c *Call) error {
 	var in struct {
 		Name *string `json:"name"`
-		Slug *string `json:"slug"`
+		// Absent: derived from the name; null is refused (the OpenAPI type is string).
+		Slug jsonx.Optional[string] `json:"slug"`
 	}
 	if err := c.Decode(&in); err != nil {
 		return err
 	}
 	var p fault.Problems
 	name := nameText(&p, in.Name, 1, 120, "name")
-	explicitSlug := in.Slug != nil
+	explicitSlug := in.Slug.Set
 	slug := ""
-	if explicitSlug {
-		slug = *in.Slug
+	if in.Slug.Null {
+		p.Add("must be a string", "slug")
+	} else if explicitSlug {
+		slug = in.Slug.Value
 		if err := orgslug.Check(slug); err != nil {
 			p.Add(err.Error(), "slug")
 		}

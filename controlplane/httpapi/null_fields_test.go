@@ -1,0 +1,45 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/apitest"
+)
+
+// TestNullIsNotLeftOut: an optional field whose OpenAPI type has no null is refused when
+// sent as null (400 invalid_request naming it, nothing written), not taken as left out:
+// the server must not accept a request the document calls invalid. (The policy bodies'
+// nulls are in TestUsagePolicyBodyValidation.)
+func TestNullIsNotLeftOut(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	owner := e.NewOrg(t, "Acme")
+	mkt := newMarketplace(t, e, owner, "Eng")
+	cases := []struct {
+		name, method, path, body, field string
+		table, where                    string // nothing new may be here
+	}{
+		{"organization slug", "POST", "/v1/organizations", `{"name":"Beta","slug":null}`, "slug",
+			"organizations", "name = 'Beta'"},
+		{"API key expiresInDays", "POST", "/v1/api-keys", `{"name":"ci","expiresInDays":null}`, "expiresInDays",
+			"api_keys", "name = 'ci'"},
+		{"grant organization", "PUT", "/v1/marketplaces/" + mkt + "/access",
+			`{"grants":[{"memberId":"` + owner.MemberID + `","role":"viewer","organization":null}]}`, "organization",
+			"marketplace_grants", "marketplace_id = '" + mkt + "'"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := e.Do(t, c.method, c.path, c.body, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+			details, _ := json.Marshal(m["details"])
+			if !strings.Contains(string(details), `"`+c.field+`"`) {
+				t.Fatalf("details %v do not name %s", m["details"], c.field)
+			}
+			if n := count(t, e, c.table, c.where); n != 0 {
+				t.Fatalf("%d rows in %s", n, c.table)
+			}
+		})
+	}
+}
