@@ -22,8 +22,8 @@ type captureBody struct {
 		MemberID        *string `json:"memberId"`
 		TrackingVersion *int64  `json:"trackingVersion"`
 	} `json:"members"`
-	ReviewReference *string `json:"reviewReference"`
-	Apply           *bool   `json:"apply"`
+	ReviewReference *string              `json:"reviewReference"`
+	Apply           jsonx.Optional[bool] `json:"apply"`
 }
 
 type captureMemberView struct {
@@ -41,10 +41,15 @@ type captureView struct {
 	Members         []captureMemberView `json:"members"`
 }
 
-// reviewFields validates the fields every capture and recovery body shares.
-func reviewFields(p *fault.Problems, ref *string, apply *bool) (string, bool) {
+// reviewFields validates the fields every capture and recovery body shares. apply is a
+// boolean or absent (a preview); null is refused, as the OpenAPI document's type is
+// boolean, rather than read as a preview.
+func reviewFields(p *fault.Problems, ref *string, apply jsonx.Optional[bool]) (string, bool) {
 	r := trimmedText(p, ref, 1, 200, "reviewReference")
-	return r, apply != nil && *apply
+	if apply.Set && apply.Null {
+		p.Add("must be a boolean", "apply")
+	}
+	return r, apply.Value
 }
 
 // reviewList checks the list of a reviewed operation: present (not null), with 1 to

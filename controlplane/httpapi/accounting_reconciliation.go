@@ -110,8 +110,8 @@ func (s *Server) reconcileQuarantined(c *Call) error {
 			AdmittedAt   *string `json:"admittedAt"`
 			CostMicroUsd *int64  `json:"costMicroUsd"`
 		} `json:"items"`
-		ReviewReference *string `json:"reviewReference"`
-		Apply           *bool   `json:"apply"`
+		ReviewReference *string              `json:"reviewReference"`
+		Apply           jsonx.Optional[bool] `json:"apply"`
 	}
 	if err := c.Decode(&in); err != nil {
 		return err

@@ -135,9 +135,9 @@ type recoveryResultView struct {
 
 func (s *Server) recoverStarts(c *Call) error {
 	var in struct {
-		RequestIDs      []*string `json:"requestIds"`
-		ReviewReference *string   `json:"reviewReference"`
-		Apply           *bool     `json:"apply"`
+		RequestIDs      []*string            `json:"requestIds"`
+		ReviewReference *string              `json:"reviewReference"`
+		Apply           jsonx.Optional[bool] `json:"apply"`
 	}
 	if err := c.Decode(&in); err != nil {
 		return err

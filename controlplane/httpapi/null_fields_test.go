@@ -29,13 +29,25 @@ func TestNullIsNotLeftOut(t *testing.T) {
 		{"grant organization", "PUT", "/v1/marketplaces/" + mkt + "/access",
 			`{"grants":[{"memberId":"` + owner.MemberID + `","role":"viewer","organization":null}]}`, "organization",
 			"marketplace_grants", "marketplace_id = '" + mkt + "'"},
+		// Reviewed accounting operations: a null apply was read as a preview.
+		{"capture apply", "POST", "/v1/gateway/usage-capture/suspend",
+			`{"members":[{"memberId":"` + owner.MemberID + `","trackingVersion":0}],"reviewReference":"r","apply":null}`, "apply",
+			"audit_events", "action LIKE 'usage.capture%'"},
+		{"recovery apply", "POST", "/v1/gateway/usage-recovery/recover",
+			`{"requestIds":["req-1"],"reviewReference":"r","apply":null}`, "apply",
+			"audit_events", "action LIKE 'usage.recover%'"},
+		{"reconciliation apply", "POST", "/v1/gateway/usage-reconciliation/reconcile",
+			`{"items":[{"requestId":"req-1","memberId":"` + owner.MemberID + `","admittedAt":"2026-09-14T11:00:00Z","costMicroUsd":1}],"reviewReference":"r","apply":null}`, "apply",
+			"audit_events", "action LIKE 'usage.reconcil%'"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := e.Do(t, c.method, c.path, c.body, owner.As()...).ExpectError(t, http.StatusBadRequest, "invalid_request")
+			// {error, details} names the field in a path, {error, message} in the message.
 			details, _ := json.Marshal(m["details"])
-			if !strings.Contains(string(details), `"`+c.field+`"`) {
-				t.Fatalf("details %v do not name %s", m["details"], c.field)
+			msg, _ := m["message"].(string)
+			if !strings.Contains(string(details), `"`+c.field+`"`) && !strings.HasPrefix(msg, c.field+":") {
+				t.Fatalf("%v does not name %s", m, c.field)
 			}
 			if n := count(t, e, c.table, c.where); n != 0 {
 				t.Fatalf("%d rows in %s", n, c.table)
