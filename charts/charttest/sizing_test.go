@@ -104,4 +104,59 @@ func TestNotesSayTheEnforcersMemory(t *testing.T) {
 			t.Errorf("%v: the notes do not say %q:\n%s", c.args, c.want, got)
 		}
 	}
+	// A memory request below that sum (values of its own, or reused from a release
+	// whose default was 64Mi) is told: the kubelet evicts that pod first, its spool with it.
+	const below = "enforcer.resources.requests.memory 64Mi is below it"
+	if got := notes("--set", "enforcer.resources.requests.memory=64Mi"); !strings.Contains(got, below) {
+		t.Errorf("a request of 64Mi: the notes do not say %q:\n%s", below, got)
+	}
+	for _, args := range [][]string{nil, {"--set", "enforcer.resources.requests.memory=0.5Gi"}, {"--set", "enforcer.resources.requests=null"}} {
+		if got := notes(args...); strings.Contains(got, "enforcer.resources.requests.memory") {
+			t.Errorf("%v: the notes warn of a request that holds the sum, or of none:\n%s", args, got)
+		}
+	}
+}
+
+// mebibytes reads a memory quantity of the forms values.yaml gives (64Mi, 1Gi).
+func mebibytes(t *testing.T, q string) int64 {
+	t.Helper()
+	for suffix, mib := range map[string]int64{"Mi": 1, "Gi": 1024} {
+		if n, err := strconv.ParseInt(strings.TrimSuffix(q, suffix), 10, 64); err == nil && strings.HasSuffix(q, suffix) {
+			return n * mib
+		}
+	}
+	t.Fatalf("memory quantity %q is not a whole number of Mi or Gi", q)
+	return 0
+}
+
+// TestEnforcersMemoryRequestHoldsWhatItMayHold: the enforcer container's default memory
+// request covers what its bounds let it hold (the chart's own sum: its base, its member
+// capacity, its settle capacity, and with the gateway its streams), with the gateway or
+// without. Under node memory pressure the kubelet evicts first the pods whose use is
+// over their request, and eviction deletes the pod's emptyDir: the spool, with every
+// settlement it holds. At 64Mi the request was below the enforcer's steady use (GOGC 400
+// grows its heap to several times the live one) and far below what a control plane
+// that stops answering makes it queue (226 MiB, 351 with the gateway), so the enforcer
+// was the first pod evicted, and its spool lost, in the outage the spool is for; and an
+// HPA on memory (percent of the request) stayed at maxReplicas.
+func TestEnforcersMemoryRequestHoldsWhatItMayHold(t *testing.T) {
+	helm, _ := needTools(t)
+	gateway := []string{"--set", "enforcer.gateway.enabled=true", "--set", "enforcer.gateway.upstream=https://api.openai.com"}
+	for _, args := range [][]string{nil, gateway, {"--set", "enforcer.mode=sidecar"}} {
+		_, c := renderContainer(t, helm, "enforcer", args...)
+		request := mebibytes(t, str(c, "resources", "requests", "memory"))
+		members, _ := envValue(c, "TOLLGATE_ENFORCER_MEMBER_CAPACITY")
+		settlements, _ := envValue(c, "TOLLGATE_ENFORCER_SETTLE_CAPACITY")
+		m, _ := strconv.ParseInt(members, 10, 64)
+		s, _ := strconv.ParseInt(settlements, 10, 64)
+		need := app.BaseMemoryBytes + m*app.HeapBytesPerMember + s*settleq.HeapBytesPerSettlement
+		if streams, ok := envValue(c, "TOLLGATE_GATEWAY_MAX_STREAMS"); ok {
+			n, _ := strconv.ParseInt(streams, 10, 64)
+			need += n * app.MemoryBytesPerStream
+		}
+		if request<<20 < need {
+			t.Errorf("%v: the enforcer requests %dMi of memory, below the %d MiB its bounds let it hold: under node pressure it is evicted first, its spool with it",
+				args, request, need>>20)
+		}
+	}
 }

@@ -209,6 +209,14 @@ func TestValuesRejected(t *testing.T) {
 			"enforcer.goRuntime.memoryLimit 512MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 512Mi"},
 		{"GOMEMLIMIT of extraEnv above the memory limit", append(ok, "--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=600MiB"),
 			"GOMEMLIMIT=600MiB of controlplane.extraEnv is not below controlplane.resources.limits.memory 512Mi: the kernel kills the control plane before its garbage collector feels the limit. Set the GOMEMLIMIT of controlplane.extraEnv to about 80% of the container's limit (409MiB)"},
+		// Kubernetes refuses a container requesting more memory than its limit: a limit
+		// lowered alone under the enforcer's default request (its GOMEMLIMIT, 384Mi).
+		{"enforcer limit lowered under its request", append(ok, "--set", "enforcer.resources.limits.memory=256Mi", "--set", "enforcer.goRuntime.memoryLimit=200MiB", "--set", "enforcer.settleCapacity=50000"),
+			"enforcer.resources.requests.memory 384Mi is above enforcer.resources.limits.memory 256Mi: Kubernetes refuses a container that requests more memory than its limit"},
+		{"sidecar limit lowered under its request", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.resources.limits.memory=256Mi", "--set", "enforcer.goRuntime.memoryLimit=200MiB", "--set", "enforcer.settleCapacity=50000"),
+			"enforcer.resources.requests.memory 384Mi is above enforcer.resources.limits.memory 256Mi"},
+		{"control plane request above its limit", append(ok, "--set", "controlplane.resources.requests.memory=1Gi"),
+			"controlplane.resources.requests.memory 1Gi is above controlplane.resources.limits.memory 512Mi"},
 		{"gateway with GOMEMLIMIT above its memory limit", append(gw, "--set", "enforcer.resources.limits.memory=128Mi"),
 			"enforcer.goRuntime.memoryLimit 384MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 128Mi"},
 		{"gateway server timing as text", append(gw, "--set-string", "enforcer.gateway.serverTiming=yes"), "/enforcer/gateway/serverTiming"},
@@ -381,7 +389,7 @@ func TestValuesAccepted(t *testing.T) {
 		{"drains within longer grace periods", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.shutdownTimeout=1m30s", "--set", "enforcer.terminationGracePeriodSeconds=91",
 			"--set", "controlplane.shutdownTimeout=1.5m", "--set", "controlplane.terminationGracePeriodSeconds=120"}},
 		{"a sidecar's sub-second drain", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.mode=sidecar", "--set", "enforcer.shutdownTimeout=999ms", "--set", "enforcer.shutdownDelay=0s", "--set", "enforcer.terminationGracePeriodSeconds=1"}},
-		{"GOMEMLIMIT lowered with the memory limit and the capacities", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=128Mi", "--set", "enforcer.goRuntime.memoryLimit=100MiB", "--set", "enforcer.settleCapacity=20000", "--set", "enforcer.memberCapacity=5000",
+		{"GOMEMLIMIT lowered with the memory limit and the capacities", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=128Mi", "--set", "enforcer.resources.requests.memory=100Mi", "--set", "enforcer.goRuntime.memoryLimit=100MiB", "--set", "enforcer.settleCapacity=20000", "--set", "enforcer.memberCapacity=5000",
 			"--set", "controlplane.resources.limits.memory=256Mi", "--set", "controlplane.goRuntime.memoryLimit=200MiB"}},
 		{"GOMEMLIMIT of extraEnv below a raised memory limit", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.resources.limits.memory=1Gi",
 			"--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=800MiB"}},

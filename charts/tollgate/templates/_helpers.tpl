@@ -398,6 +398,7 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- include "tollgate.checkGoMemLimit" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.enforcer.checkMemory" $root -}}
 {{- include "tollgate.enforcer.checkSpool" $root -}}
+{{- include "tollgate.checkMemoryRequest" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.checkDuration" (dict "value" $e.redisCheckTimeout "values" "enforcer.redisCheckTimeout" "program" "enforcer" "min" "10ms" "max" "10s" "problem" "TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s") -}}
 {{- with $e.memberApiUrl -}}
 {{- if not (regexMatch "^https?://[^/?#@]+(/[^?#]*)?$" .) -}}
@@ -588,6 +589,24 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{- $container := include "tollgate.bytes" $limit -}}
 {{- if and $gml $container (ge (int64 $gml) (int64 $container)) -}}
 {{- fail (printf "%s is not below %s.resources.limits.memory %s: the kernel kills the %s before its garbage collector feels the limit. Set %s to about 80%% of the container's limit (%dMiB), or raise %s.resources.limits.memory" $g.label .values $limit .program $g.setter (div (div (mul (int64 $container) 4) 5) 1048576) .values) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A container's memory request must not exceed its limit (each when set): Kubernetes
+refuses such a Deployment, after the migration Job has run, failing the release. The
+enforcer's request is its GOMEMLIMIT by default (384Mi), which a limit lowered alone
+(the 256Mi of releases before 2026-12-04) is now below. (dict "c" .Values.x "values"
+"x" "program" "enforcer").
+*/}}
+{{- define "tollgate.checkMemoryRequest" -}}
+{{- $request := toString (((.c.resources).requests).memory | default "") -}}
+{{- $limit := toString (((.c.resources).limits).memory | default "") -}}
+{{- $r := include "tollgate.bytes" $request -}}
+{{- $l := include "tollgate.bytes" $limit -}}
+{{- if and $r $l (gt (int64 $r) (int64 $l)) -}}
+{{- $why := ternary " (the enforcer's default request is its GOMEMLIMIT, enforcer.goRuntime.memoryLimit: lower the two together; values.yaml says why)" "" (eq .program "enforcer") -}}
+{{- fail (printf "%s.resources.requests.memory %s is above %s.resources.limits.memory %s: Kubernetes refuses a container that requests more memory than its limit (once the migration Job has run, failing the release). Lower %s.resources.requests.memory with the limit%s" .values $request .values $limit .values $why) -}}
 {{- end -}}
 {{- end -}}
 
