@@ -209,6 +209,12 @@ func TestValuesRejected(t *testing.T) {
 			"enforcer.goRuntime.memoryLimit 512MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 512Mi"},
 		{"GOMEMLIMIT of extraEnv above the memory limit", append(ok, "--set", "controlplane.extraEnv[0].name=GOMEMLIMIT", "--set", "controlplane.extraEnv[0].value=600MiB"),
 			"GOMEMLIMIT=600MiB of controlplane.extraEnv is not below controlplane.resources.limits.memory 512Mi: the kernel kills the control plane before its garbage collector feels the limit. Set the GOMEMLIMIT of controlplane.extraEnv to about 80% of the container's limit (409MiB)"},
+		// Resources are Kubernetes quantities: anything else was rendered, and Kubernetes
+		// refused the Deployment (or the hook Job) once the migration Job had run.
+		{"memory request in megabytes", append(ok, "--set", "enforcer.resources.requests.memory=64MB"), "/enforcer/resources/requests/memory"},
+		{"cpu limit in words", append(ok, "--set", "controlplane.resources.limits.cpu=two"), "/controlplane/resources/limits/cpu"},
+		{"negative cpu request", append(ok, "--set", "migrations.resources.requests.cpu=-50m"), "/migrations/resources/requests/cpu"},
+		{"memory limit with a space", append(ok, "--set", "enforcer.resources.limits.memory=512 Mi"), "/enforcer/resources/limits/memory"},
 		// Kubernetes refuses a container requesting more memory than its limit: a limit
 		// lowered alone under the enforcer's default request (its GOMEMLIMIT, 384Mi).
 		{"enforcer limit lowered under its request", append(ok, "--set", "enforcer.resources.limits.memory=256Mi", "--set", "enforcer.goRuntime.memoryLimit=200MiB", "--set", "enforcer.settleCapacity=50000"),
@@ -310,6 +316,9 @@ func TestValuesAccepted(t *testing.T) {
 	}{
 		{"per-key secrets only", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis", "--set", "secrets.internalToken.name=tok"}},
 		{"ipv6 cluster address", []string{"--set", "secrets.existingSecret=s", "--set", "redis.mode=cluster", "--set", "redis.cluster.addresses={[fd00::1]:6379}"}},
+		{"quantities of every form", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.requests.cpu=0.25", "--set", "enforcer.resources.requests.memory=402653184",
+			"--set", "enforcer.resources.limits.memory=1e9", "--set", "controlplane.resources.requests.cpu=1500m", "--set", "controlplane.resources.requests.memory=200M",
+			"--set", "controlplane.resources.requests.ephemeral-storage=1Gi", "--set-string", "migrations.resources.limits.cpu=2", "--set", "migrations.resources.limits.memory=.5Gi"}},
 		{"fractional memory limits", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.limits.memory=0.5Gi", "--set", "controlplane.resources.limits.memory=1.5G"}},
 		{"one pod, the default budget", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.replicas=1", "--set", "enforcer.replicas=1"}},
 		{"budgets below the pods", []string{"--set", "secrets.existingSecret=s", "--set", "controlplane.replicas=3", "--set", "controlplane.pdb.minAvailable=2", "--set", "enforcer.replicas=3", "--set", "enforcer.pdb.minAvailable=66%"}},
