@@ -245,9 +245,14 @@ func checkContainer(t *testing.T, c container, sidecar bool) {
 		return
 	}
 	// Long-running programs: listeners, named ports, probes on the admin port.
+	// The sidecar snippet's ports are named tollgate-* (TestSidecarPortNamesAreTollgates).
+	prefix := ""
+	if c.pod == nil {
+		prefix = "tollgate-"
+	}
 	ports := map[string]int{}
 	for _, p := range list(c.c, "ports") {
-		ports[str(p, "name")] = get(p, "containerPort").(int)
+		ports[strings.TrimPrefix(str(p, "name"), prefix)] = get(p, "containerPort").(int)
 	}
 	addrs := map[string]string{"rest": "TOLLGATE_HTTP_ADDR", "grpc": "TOLLGATE_GRPC_ADDR", "admin": "TOLLGATE_ADMIN_ADDR"}
 	if c.program == "enforcer" {
@@ -276,7 +281,7 @@ func checkContainer(t *testing.T, c container, sidecar bool) {
 		}
 	}
 	for probe, path := range map[string]string{"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
-		if str(c.c, probe, "httpGet", "path") != path || str(c.c, probe, "httpGet", "port") != "admin" {
+		if str(c.c, probe, "httpGet", "path") != path || str(c.c, probe, "httpGet", "port") != prefix+"admin" {
 			t.Errorf("%s: %s is not GET %s on the admin port: %v", where, probe, path, c.c[probe])
 		}
 	}

@@ -214,7 +214,7 @@ func TestPodMonitorScrapesTheSidecars(t *testing.T) {
 			t.Fatalf("sidecar snippet is not a one-container list: %v", err)
 		}
 		for _, p := range list(l[0], "ports") {
-			if str(p, "name") == "admin" {
+			if str(p, "name") == "tollgate-admin" {
 				adminPort = get(p, "containerPort")
 			}
 		}

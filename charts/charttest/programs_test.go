@@ -253,3 +253,31 @@ func TestEnvContractIsRead(t *testing.T) {
 		}
 	}
 }
+
+// TestSidecarPortNamesAreTollgates: the sidecar snippet's container joins the Envoy
+// container in one pod, where port names are looked up pod-wide: a Service's
+// targetPort by name selects the first container's port of that name. Envoy pods name
+// their own ports http, https, grpc or admin (Envoy's admin interface, 9901), so a
+// snippet naming its ports the same drew "duplicate port name" warnings, and placed
+// before Envoy's container it took over the Envoy Service's targetPort: http (every
+// request sent to the enforcer's forward-auth port). The snippet's ports are named
+// tollgate-*, and its probes name them (the kubelet resolves a probe's port in its own
+// container); the Deployment's keep their names, which its Service selects.
+func TestSidecarPortNamesAreTollgates(t *testing.T) {
+	helm, _ := needTools(t)
+	envoys := []string{"http", "https", "grpc", "admin", "metrics", "http2", "h2c"}
+	_, c := renderContainer(t, helm, "enforcer", "--set", "enforcer.mode=sidecar")
+	names := map[string]bool{}
+	for _, p := range list(c, "ports") {
+		n := str(p, "name")
+		names[n] = true
+		if slices.Contains(envoys, n) || !strings.HasPrefix(n, "tollgate-") || len(n) > 15 {
+			t.Errorf("the sidecar's port %d is named %q: an Envoy pod's own port may be so named (want tollgate-*, at most 15 characters)", get(p, "containerPort"), n)
+		}
+	}
+	for _, probe := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+		if port := str(c, probe, "httpGet", "port"); !names[port] {
+			t.Errorf("the sidecar's %s probes port %q, which is none of its ports %v", probe, port, names)
+		}
+	}
+}

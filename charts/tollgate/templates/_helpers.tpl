@@ -158,22 +158,23 @@ Redis environment, the same for both programs (README: "Environment contract").
   value: {{ .Values.log.level | quote }}
 {{- end -}}
 
-{{/* HTTP probes on the admin port: (dict "probes" .Values.x.probes). */}}
+{{/* HTTP probes on the admin port: (dict "probes" .Values.x.probes "port" its name, default admin). */}}
 {{- define "tollgate.probes" -}}
+{{- $port := .port | default "admin" -}}
 startupProbe:
   httpGet:
     path: /healthz
-    port: admin
+    port: {{ $port }}
   {{- toYaml .probes.startup | nindent 2 }}
 livenessProbe:
   httpGet:
     path: /healthz
-    port: admin
+    port: {{ $port }}
   {{- toYaml .probes.liveness | nindent 2 }}
 readinessProbe:
   httpGet:
     path: /readyz
-    port: admin
+    port: {{ $port }}
   {{- toYaml .probes.readiness | nindent 2 }}
 {{- end -}}
 
@@ -405,19 +406,23 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- fail (printf "enforcer.memberApiUrl %s: the enforcer refuses it at start (TOLLGATE_ENFORCER_MEMBER_API_URL: must be an http or https URL with a host and no query, fragment or user (the control plane's REST API as members reach it, such as https://tollgate.example.com))" .) -}}
 {{- end -}}
 {{- end -}}
+{{- /* In an Envoy pod (the sidecar), its ports are named tollgate-*: port names are
+looked up pod-wide (a Service's targetPort by name takes the first container's), and
+Envoy pods name their own http, grpc or admin. */ -}}
+{{- $portName := ternary "tollgate-" "" (eq (toString .sidecar) "true") -}}
 name: enforcer
 image: {{ include "tollgate.image" $root }}
 imagePullPolicy: {{ $root.Values.image.pullPolicy }}
 command:
   - /usr/local/bin/enforcer
 ports:
-  - name: grpc
+  - name: {{ $portName }}grpc
     containerPort: {{ $e.ports.grpc }}
     protocol: TCP
-  - name: http
+  - name: {{ $portName }}http
     containerPort: {{ $e.ports.http }}
     protocol: TCP
-  - name: admin
+  - name: {{ $portName }}admin
     containerPort: {{ $e.ports.admin }}
     protocol: TCP
   {{- if $e.gateway.enabled }}
@@ -500,7 +505,7 @@ envFrom:
 volumeMounts:
   {{- . | nindent 2 }}
 {{- end }}
-{{ include "tollgate.probes" (dict "probes" $e.probes) }}
+{{ include "tollgate.probes" (dict "probes" $e.probes "port" (printf "%sadmin" $portName)) }}
 {{- with $e.resources }}
 resources:
   {{- toYaml . | nindent 2 }}
