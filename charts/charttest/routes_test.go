@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/controlplane/httpapi"
 )
 
 // TestRoutesReachTheirPorts: in every render, each Ingress rule and each HTTPRoute
@@ -282,5 +285,28 @@ func TestNotesOfAnUpgradeCreateNoAdministrator(t *testing.T) {
 	}
 	if !strings.Contains(upgrade, "resets the password") {
 		t.Errorf("the upgrade's notes do not say what bootstrap-admin would do to an existing administrator:\n%s", upgrade)
+	}
+}
+
+// TestControlPlaneRouteOutlastsTheAPIsDeadline: the REST API's HTTPRoute waits longer
+// than the API's own bound on a request (httpapi.DefaultRequestTimeout, 50 s), which an
+// organization-wide change in a very large organization needs (16 s of Redis writes at
+// 80,000 members), and which answers a request that cannot finish with the API's own
+// 503. Without a timeout of its own, the route had its implementation's: Envoy
+// Gateway's is Envoy's 15 s for the whole answer, which answered such a change 504
+// while the control plane went on and committed it.
+func TestControlPlaneRouteOutlastsTheAPIsDeadline(t *testing.T) {
+	helm, _ := needTools(t)
+	routes := renderKind(t, helm, "HTTPRoute", "--set", "httpRoute.controlplane.enabled=true", "--set", "httpRoute.controlplane.parentRefs[0].name=public")
+	if len(routes) != 1 {
+		t.Fatalf("%d HTTPRoutes rendered, want the control plane's", len(routes))
+	}
+	for _, r := range list(routes[0], "spec", "rules") {
+		timeout := str(r, "timeouts", "request")
+		d, err := time.ParseDuration(timeout)
+		if err != nil || (d != 0 && d <= httpapi.DefaultRequestTimeout) {
+			t.Errorf("the REST API's route has timeouts.request %q: want 0s or longer than the API's own %s (empty leaves the implementation's, Envoy Gateway's 15 s)",
+				timeout, httpapi.DefaultRequestTimeout)
+		}
 	}
 }
