@@ -5,7 +5,10 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,4 +132,59 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestNotesWarnOfAnOpenEnforcerProbedTooBriefly: in failure mode open, /readyz answers
+// ready after waiting up to its check's bound for a Redis that hangs, and a readiness
+// probe that gives up by then takes every enforcer out of the Service at once
+// (TestOpenEnforcerStaysReadyWhileRedisHangs). The chart's default waits 3 s since
+// 2026-12-07; values of its own, or reused from a release before (helm upgrade
+// --reuse-values keeps its 2 s), are told at install and upgrade. Not refused: such an
+// upgrade must render (TestReuseValuesFromTheLastRelease).
+func TestNotesWarnOfAnOpenEnforcerProbedTooBriefly(t *testing.T) {
+	helm, _ := needTools(t)
+	// The chart as helm upgrade --reuse-values renders it: the last release's values in
+	// place of the chart's defaults.
+	reused := notesChart(t)
+	released, err := os.ReadFile(filepath.Join("testdata", "released", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(reused, "values.yaml"), released, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chart := notesChart(t)
+	notes := func(args ...string) string {
+		t.Helper()
+		chart := chart
+		if len(args) > 0 && args[0] == "reused" {
+			chart, args = reused, args[1:]
+		}
+		out, err := run(helm, append([]string{"template", releaseName, chart, "--namespace", namespace, "--kube-version", kubeVersion,
+			"--set", "secrets.existingSecret=s", "--show-only", "templates/zz-notes.yaml"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return str(decodeAll(t, out)[0], "data", "notes")
+	}
+	const warning = "/readyz waits up to 2 s for a Redis that hangs"
+	for _, c := range []struct {
+		args []string
+		want string // "" for no warning
+	}{
+		{[]string{"--set", "enforcer.failureMode=open", "--set", "enforcer.probes.readiness.timeoutSeconds=2"}, "enforcer.probes.readiness.timeoutSeconds 2 with enforcer.failureMode open: " + warning},
+		{[]string{"--set", "enforcer.mode=sidecar", "--set", "enforcer.extraEnv[0].name=TOLLGATE_FAILURE_MODE", "--set", "enforcer.extraEnv[0].value=open", "--set", "enforcer.probes.readiness.timeoutSeconds=1"},
+			"enforcer.probes.readiness.timeoutSeconds 1 with TOLLGATE_FAILURE_MODE=open of enforcer.extraEnv: " + warning},
+		{[]string{"reused", "--set", "enforcer.failureMode=open"}, "enforcer.probes.readiness.timeoutSeconds 2 with enforcer.failureMode open: " + warning},
+		{[]string{"--set", "enforcer.failureMode=open"}, ""},
+		{[]string{"--set", "enforcer.probes.readiness.timeoutSeconds=2"}, ""},
+	} {
+		got := notes(c.args...)
+		if c.want == "" && strings.Contains(got, warning) {
+			t.Errorf("%v: the notes warn of the readiness probe:\n%s", c.args, got)
+		}
+		if c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%v: the notes do not say %q:\n%s", c.args, c.want, got)
+		}
+	}
 }
