@@ -47,7 +47,8 @@ data: {tls.crt: %s, tls.key: %s}
 // values), with the chart's own Services, through Envoy Gateway's translator, as a
 // Gateway API implementation would take them: both routes accepted on the shared
 // Gateway and their backends resolved; each host name sent to its Service's port (the
-// REST API, the inference gateway); the gateway's route with neither a route timeout
+// REST API, the inference gateway); the REST API's route with a timeout of 60 s, above
+// the API's own bound; the gateway's route with neither a route timeout
 // (Envoy's default of 15 s for the whole answer would cut every longer stream and every
 // completion that answers only at its end) nor a stream idle timeout, and upgradable to
 // a WebSocket (the Realtime and Live APIs).
@@ -120,6 +121,11 @@ func TestChartHTTPRoutesTranslate(t *testing.T) {
 					t.Errorf("%s goes to %v (cluster %q), want the %s Service's %s port (%s)", host, got, cluster, w.service, w.port, to)
 				}
 				if w.port != "gateway" {
+					// The REST API's route outlasts the API's own 50 s bound (Envoy's
+					// default, 15 s, cut an organization-wide change of a large one).
+					if got := egtranslate.Str(r, "route", "timeout"); got != "60s" {
+						t.Errorf("the REST API's route has timeout %q, want 60s (httpRoute.controlplane.requestTimeout): longer than the API's own 50 s", got)
+					}
 					continue
 				}
 				if got := egtranslate.Str(r, "route", "timeout"); got != "0s" {
