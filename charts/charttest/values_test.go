@@ -218,11 +218,15 @@ func TestValuesRejected(t *testing.T) {
 		// Kubernetes refuses a container requesting more memory than its limit: a limit
 		// lowered alone under the enforcer's default request (its GOMEMLIMIT, 384Mi).
 		{"enforcer limit lowered under its request", append(ok, "--set", "enforcer.resources.limits.memory=256Mi", "--set", "enforcer.goRuntime.memoryLimit=200MiB", "--set", "enforcer.settleCapacity=50000"),
-			"enforcer.resources.requests.memory 384Mi is above enforcer.resources.limits.memory 256Mi: Kubernetes refuses a container that requests more memory than its limit"},
+			"enforcer.resources.requests.memory 384Mi is above enforcer.resources.limits.memory 256Mi: Kubernetes refuses a container that requests more than its limit"},
 		{"sidecar limit lowered under its request", append(ok, "--set", "enforcer.mode=sidecar", "--set", "enforcer.resources.limits.memory=256Mi", "--set", "enforcer.goRuntime.memoryLimit=200MiB", "--set", "enforcer.settleCapacity=50000"),
 			"enforcer.resources.requests.memory 384Mi is above enforcer.resources.limits.memory 256Mi"},
 		{"control plane request above its limit", append(ok, "--set", "controlplane.resources.requests.memory=1Gi"),
 			"controlplane.resources.requests.memory 1Gi is above controlplane.resources.limits.memory 512Mi"},
+		{"enforcer cpu request above its limit", append(ok, "--set", "enforcer.resources.requests.cpu=1.5", "--set", "enforcer.resources.limits.cpu=1000m"),
+			"enforcer.resources.requests.cpu 1.5 is above enforcer.resources.limits.cpu 1000m: Kubernetes refuses a container that requests more than its limit (once the migration Job has run"},
+		{"migration request above its limit", append(ok, "--set", "migrations.resources.requests.memory=512Mi"),
+			"migrations.resources.requests.memory 512Mi is above migrations.resources.limits.memory 256Mi: Kubernetes refuses a container that requests more than its limit. Lower"},
 		{"gateway with GOMEMLIMIT above its memory limit", append(gw, "--set", "enforcer.resources.limits.memory=128Mi"),
 			"enforcer.goRuntime.memoryLimit 384MiB (GOMEMLIMIT) is not below enforcer.resources.limits.memory 128Mi"},
 		{"gateway server timing as text", append(gw, "--set-string", "enforcer.gateway.serverTiming=yes"), "/enforcer/gateway/serverTiming"},
@@ -316,6 +320,8 @@ func TestValuesAccepted(t *testing.T) {
 	}{
 		{"per-key secrets only", []string{"--set", "secrets.databaseUrl.name=db", "--set", "secrets.redisUrl.name=redis", "--set", "secrets.internalToken.name=tok"}},
 		{"ipv6 cluster address", []string{"--set", "secrets.existingSecret=s", "--set", "redis.mode=cluster", "--set", "redis.cluster.addresses={[fd00::1]:6379}"}},
+		{"cpu requests at their limits", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.requests.cpu=500m", "--set", "enforcer.resources.limits.cpu=0.5",
+			"--set", "controlplane.resources.requests.cpu=2", "--set", "controlplane.resources.limits.cpu=2000m", "--set", "migrations.resources.limits.cpu=100m"}},
 		{"quantities of every form", []string{"--set", "secrets.existingSecret=s", "--set", "enforcer.resources.requests.cpu=0.25", "--set", "enforcer.resources.requests.memory=402653184",
 			"--set", "enforcer.resources.limits.memory=1e9", "--set", "controlplane.resources.requests.cpu=1500m", "--set", "controlplane.resources.requests.memory=200M",
 			"--set", "controlplane.resources.requests.ephemeral-storage=1Gi", "--set-string", "migrations.resources.limits.cpu=2", "--set", "migrations.resources.limits.memory=.5Gi"}},

@@ -399,7 +399,7 @@ snippet, so that they cannot drift: (dict "ctx" $ "sidecar" true|false).
 {{- include "tollgate.checkGoMemLimit" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.enforcer.checkMemory" $root -}}
 {{- include "tollgate.enforcer.checkSpool" $root -}}
-{{- include "tollgate.checkMemoryRequest" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
+{{- include "tollgate.checkRequests" (dict "program" "enforcer" "values" "enforcer" "c" $e) -}}
 {{- include "tollgate.checkDuration" (dict "value" $e.redisCheckTimeout "values" "enforcer.redisCheckTimeout" "program" "enforcer" "min" "10ms" "max" "10s" "problem" "TOLLGATE_REDIS_CHECK_TIMEOUT: must be between 10ms and 10s") -}}
 {{- with $e.memberApiUrl -}}
 {{- if not (regexMatch "^https?://[^/?#@]+(/[^?#]*)?$" .) -}}
@@ -598,20 +598,34 @@ kernel kills the program before the collector felt any pressure. (dict "c"
 {{- end -}}
 
 {{/*
-A container's memory request must not exceed its limit (each when set): Kubernetes
-refuses such a Deployment, after the migration Job has run, failing the release. The
-enforcer's request is its GOMEMLIMIT by default (384Mi), which a limit lowered alone
-(the 256Mi of releases before 2026-12-04) is now below. (dict "c" .Values.x "values"
-"x" "program" "enforcer").
+A container's requests must not exceed its limits (each when set): Kubernetes refuses
+such a Deployment after the migration Job has run, failing the release (and the hook Job
+itself, for migrations.resources). Memory and CPU are compared. The enforcer's memory
+request is its GOMEMLIMIT by default (384Mi), which a limit lowered alone (the 256Mi of
+releases before 2026-12-04) is now below. (dict "c" .Values.x "values" "x" "program"
+"enforcer").
 */}}
-{{- define "tollgate.checkMemoryRequest" -}}
-{{- $request := toString (((.c.resources).requests).memory | default "") -}}
-{{- $limit := toString (((.c.resources).limits).memory | default "") -}}
-{{- $r := include "tollgate.bytes" $request -}}
-{{- $l := include "tollgate.bytes" $limit -}}
+{{- define "tollgate.checkRequests" -}}
+{{- $when := ternary "" " (once the migration Job has run, failing the release)" (eq .values "migrations") -}}
+{{- range $resource, $parse := dict "memory" "tollgate.bytes" "cpu" "tollgate.millicores" -}}
+{{- $request := toString (((($.c).resources).requests | default dict) | dig $resource "") -}}
+{{- $limit := toString (((($.c).resources).limits | default dict) | dig $resource "") -}}
+{{- $r := include $parse $request -}}
+{{- $l := include $parse $limit -}}
 {{- if and $r $l (gt (int64 $r) (int64 $l)) -}}
-{{- $why := ternary " (the enforcer's default request is its GOMEMLIMIT, enforcer.goRuntime.memoryLimit: lower the two together; values.yaml says why)" "" (eq .program "enforcer") -}}
-{{- fail (printf "%s.resources.requests.memory %s is above %s.resources.limits.memory %s: Kubernetes refuses a container that requests more memory than its limit (once the migration Job has run, failing the release). Lower %s.resources.requests.memory with the limit%s" .values $request .values $limit .values $why) -}}
+{{- $why := ternary " (the enforcer's default memory request is its GOMEMLIMIT, enforcer.goRuntime.memoryLimit: lower the two together; values.yaml says why)" "" (and (eq $.program "enforcer") (eq $resource "memory")) -}}
+{{- fail (printf "%s.resources.requests.%s %s is above %s.resources.limits.%s %s: Kubernetes refuses a container that requests more than its limit%s. Lower %s.resources.requests.%s with the limit%s" $.values $resource $request $.values $resource $limit $when $.values $resource $why) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Millicores of a CPU quantity (500m, 2, 0.25); "" when it is none of those. */}}
+{{- define "tollgate.millicores" -}}
+{{- $s := toString . -}}
+{{- if regexMatch "^[0-9]+m$" $s -}}
+{{- trimSuffix "m" $s -}}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+)?$" $s -}}
+{{- int64 (ceil (mulf (float64 $s) 1000)) -}}
 {{- end -}}
 {{- end -}}
 
