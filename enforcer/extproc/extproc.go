@@ -113,6 +113,8 @@ type stream struct {
 	hasContentLength bool
 	// webSocket: the request asks to upgrade to a WebSocket (Upgrade: websocket).
 	webSocket bool
+	// session: that upgrade was answered 101, its session open (sessionUsage).
+	session bool
 	// headersSeen: the stream's request headers came (a second is refused: Process);
 	// headersEnd: they ended the request (no body follows).
 	headersSeen, headersEnd bool
@@ -252,7 +254,10 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			st.status = int32(code)
 		}
 		st.reply = envoyreply.Read(req.GetAttributes())
-		if st.requestID != "" && st.ext == nil && !st.requestOnly {
+		// An upgraded WebSocket's response body is its messages (Envoy hands an upgraded
+		// stream's bytes to the filters as its body): frames, not an answer (sessionUsage).
+		st.session = st.webSocket && st.status == http.StatusSwitchingProtocols
+		if st.requestID != "" && st.ext == nil && !st.requestOnly && !st.session {
 			st.ext = responseusage.New(h.Get("Content-Type"), responseusage.Headers(h), st.s.limits)
 			if streamoptions.MayRefuse(int(st.status)) && requestbody.AsksStreamUsage(st.path, st.query) {
 				st.refusal, st.refusalCoding = make([]byte, 0, 512), h.Values("Content-Encoding")
@@ -759,6 +764,8 @@ func (st *stream) finish(endOfStream bool) {
 	var u inflight.Usage
 	unbilled := requestbody.Unbilled(st.method, st.path)
 	switch {
+	case st.session:
+		u = st.sessionUsage()
 	case st.reply.AfterSending() && !unbilled:
 		// Envoy answered itself (its 504 "upstream request timeout", a 503 for a
 		// connection that broke under the request) after sending the request: the
@@ -801,6 +808,25 @@ func (st *stream) finish(endOfStream bool) {
 	case <-applied:
 	case <-t.C:
 	}
+}
+
+// sessionUsage is the settlement of a WebSocket session Envoy upgraded (the Realtime
+// API's, a Responses or Live API's WebSocket), which only TOLLGATE_DEFERRED_BILLING_ALLOW
+// naming realtime_sessions lets through (else the upgrade is refused on its headers).
+// Its messages are not read here: the session is settled when its stream ends at what
+// it showed, nothing: 0, incomplete and estimated (counted in the member's
+// incompleteRequests), at the model its URL names (?model=, Azure's ?deployment=), as the
+// gateway settles a Realtime session whose response nothing reported (estimated from
+// what it showed). Before, a 101 was settled as any GET: a known 0, complete, from the
+// provider, as if the session had cost nothing. The enforcer's gateway reads and charges
+// each response (docs/gateway.md, "Realtime sessions"); docs/enforcer.md, "WebSockets".
+func (st *stream) sessionUsage() inflight.Usage {
+	q, _ := url.ParseQuery(st.query)
+	model := requestbody.CleanModel(q.Get("model"))
+	if model == "" {
+		model = requestbody.CleanModel(q.Get("deployment"))
+	}
+	return inflight.Usage{Model: model, UpstreamStatus: http.StatusSwitchingProtocols, Estimated: true, Seen: &inflight.Seen{}}
 }
 
 // endedBeforeBody settles a request whose request-body stream ended after its headers and

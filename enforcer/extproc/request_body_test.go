@@ -1310,3 +1310,48 @@ func refusedAsBilledLater(t *testing.T, e *enforcertest.Env, id, path, endpoint 
 		t.Fatalf("%s: receipt %+v of %v", path, r, r.Item)
 	}
 }
+
+// A WebSocket session TOLLGATE_DEFERRED_BILLING_ALLOW lets through (realtime_sessions),
+// as the response filter follows it behind Envoy: the handshake's headers, the
+// provider's 101, then the provider's messages as the response body (Envoy hands an
+// upgraded stream's bytes to its filters as a body), then its end. The messages are not
+// read: the session is settled at 0, incomplete and estimated, at the model its URL
+// names, status 101. Before, it was settled as any GET: a known 0 from the provider,
+// complete, as if the session had cost nothing and said so.
+func TestExtProcSettlesAnAllowedWebSocketUnread(t *testing.T) {
+	e, w := deferredBillingEnv(t, "realtime_sessions")
+	e.CP.SetPrice("gpt-realtime", 4, 16)
+	id, _ := e.Admit(t, w.Key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := e.ExtProc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(req *extprocv3.ProcessingRequest) {
+		t.Helper()
+		req.ObservabilityMode = true // "send and go", as deploy/envoy's response filter
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: enforcertest.HeaderMap(":method", "GET", ":path", "/v1/realtime?model=gpt-realtime", ":authority", "llm.example.test",
+			"connection", "Upgrade", "upgrade", "websocket", "x-service-request-id", id)}}})
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: enforcertest.HeaderMap(":status", "101", "connection", "Upgrade", "upgrade", "websocket")}}})
+	// A server frame (FIN, text, 127: a 64-bit length) carrying an audio delta.
+	event := `{"type":"response.output_audio.delta","response_id":"resp_1","delta":"` + strings.Repeat("AAAA", 16000) + `"}`
+	frame := append([]byte{0x81, 127, 0, 0, 0, 0, 0, 0, byte(len(event) >> 8), byte(len(event))}, event...)
+	for range 3 {
+		send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: frame}}})
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}})
+	_ = st.CloseSend()
+	enforcertest.WaitFor(t, "the session settled", func() bool { return e.CP.Receipt(id) != nil })
+	r := e.CP.Receipt(id)
+	if it := r.Item; r.Cost != 0 || it.GetComplete() || !it.GetUsageEstimated() || it.UpstreamCostMicroUsd != nil ||
+		it.GetUpstreamStatus() != 101 || it.GetModel() != "gpt-realtime" || it.GetOutputTokens() != 0 || it.GetInputTokens() != 0 {
+		t.Fatalf("the session settled at %d (%s): %v; want 0, incomplete, estimated, gpt-realtime, 101", r.Cost, r.CostSource, it)
+	}
+}
