@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -28,6 +29,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/envoyreply"
@@ -233,6 +235,10 @@ type envoyConfig struct {
 	vhostRetries bool
 	// localReply is the connection manager's local_reply_config.
 	localReply *hcmv3.LocalReplyConfig
+	// filterNames are the http filters' names, in order (as order); procByName the
+	// ext_proc filters by name.
+	filterNames []string
+	procByName  map[string]*extprocv3.ExternalProcessor
 }
 
 // loadEnvoyConfig loads deploy/envoy/envoy.yaml into Envoy's own Bootstrap proto
@@ -294,6 +300,7 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 				for _, hf := range hcm.GetHttpFilters() {
 					kind, authz, proc := httpFilter(t, hf)
 					ref.order = append(ref.order, kind)
+					ref.filterNames = append(ref.filterNames, hf.GetName())
 					if kind == "Cors" {
 						ref.corsFilter = hf.GetName()
 					}
@@ -302,6 +309,10 @@ func loadEnvoyConfig(t *testing.T) envoyConfig {
 					}
 					if proc != nil {
 						ref.procs = append(ref.procs, proc)
+						if ref.procByName == nil {
+							ref.procByName = map[string]*extprocv3.ExternalProcessor{}
+						}
+						ref.procByName[hf.GetName()] = proc
 					}
 				}
 			}
@@ -597,5 +608,80 @@ func TestEnvoyAnswersAnUnreachableEnforcerInJSON(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no local_reply_config mapper for ext_authz's failure (response.code_details == 'ext_authz_error'): an unreachable enforcer is answered 503 with no body")
+	}
+}
+
+// TestEnvoyConfigReadsAnUpgradeByItsHeaders: a WebSocket handshake's request does not
+// end with its headers (Envoy's HTTP/1 codec makes the tunnel its body), so the
+// request-body filter's BUFFERED mode held an allowed upgrade (realtime_sessions in
+// TOLLGATE_DEFERRED_BILLING_ALLOW) until stream_idle_timeout: the session never opened.
+// A route ahead of the others matches the upgrade (Upgrade: websocket, which Envoy removes
+// from every request it does not upgrade, on a GET) and overrides that filter's mode to
+// the headers alone (ExtProcPerRoute), so that it still refuses an upgrade not allowed; it
+// disables no filter (the check answers the handshake) and is otherwise the same route as
+// the one after it. The e2e test TestAllowedWebSocketPassesThroughEnvoy plays it.
+func TestEnvoyConfigReadsAnUpgradeByItsHeaders(t *testing.T) {
+	ref := loadEnvoyConfig(t)
+	if len(ref.routes) < 2 {
+		t.Fatalf("%d routes, want the upgrade's before the others", len(ref.routes))
+	}
+	up, rest := ref.routes[0], ref.routes[1]
+	want := map[string]string{"upgrade": "exact websocket, any case", ":method": "exact GET"}
+	got := map[string]string{}
+	for _, h := range up.GetMatch().GetHeaders() {
+		sm := h.GetStringMatch()
+		switch {
+		case h.GetInvertMatch() || sm == nil:
+		case sm.GetExact() == "websocket" && sm.GetIgnoreCase():
+			got[h.GetName()] = "exact websocket, any case"
+		case sm.GetExact() == "GET" && !sm.GetIgnoreCase():
+			got[h.GetName()] = "exact GET"
+		}
+	}
+	if !maps.Equal(got, want) || len(up.GetMatch().GetHeaders()) != len(want) || up.GetMatch().GetPrefix() != "/" {
+		t.Fatalf("first route matches %v, want a prefix / with upgrade: websocket on a GET", up.GetMatch())
+	}
+	if len(rest.GetMatch().GetHeaders()) != 0 || rest.GetMatch().GetPrefix() != "/" {
+		t.Errorf("second route matches %v, want every other request", rest.GetMatch())
+	}
+	// Otherwise the same route: its action, the keys removed, the CORS policy.
+	if !proto.Equal(up.GetRoute(), rest.GetRoute()) || !slices.Equal(up.GetRequestHeadersToRemove(), rest.GetRequestHeadersToRemove()) ||
+		!proto.Equal(up.GetTypedPerFilterConfig()[ref.corsFilter], rest.GetTypedPerFilterConfig()[ref.corsFilter]) {
+		t.Errorf("the upgrade's route differs from the others' beyond its ext_proc modes:\n%v\n%v", up, rest)
+	}
+	names := ref.filterNames
+	for name, cfg := range up.GetTypedPerFilterConfig() {
+		if name == ref.corsFilter {
+			continue
+		}
+		var pr extprocv3.ExtProcPerRoute
+		if cfg.UnmarshalTo(&pr) != nil || pr.GetDisabled() {
+			t.Errorf("the upgrade's route configures %s with %s: only ext_proc modes are changed, no filter disabled", name, cfg.GetTypeUrl())
+			continue
+		}
+		i := slices.Index(names, name)
+		if i < 0 || ref.order[i] != "ExternalProcessor" {
+			t.Errorf("the upgrade's route configures %s, not an ext_proc filter of the chain %v", name, names)
+		}
+	}
+	for i, name := range names {
+		if ref.order[i] != "ExternalProcessor" {
+			continue
+		}
+		p := ref.procByName[name]
+		mode := p.GetProcessingMode()
+		if cfg := up.GetTypedPerFilterConfig()[name]; cfg != nil {
+			var pr extprocv3.ExtProcPerRoute
+			if err := cfg.UnmarshalTo(&pr); err != nil {
+				t.Fatal(err)
+			}
+			mode = pr.GetOverrides().GetProcessingMode()
+		}
+		if mode.GetRequestBodyMode() != extprocv3.ProcessingMode_NONE {
+			t.Errorf("ext_proc %s reads an upgrade's body (%v): it never ends, and the handshake is held", name, mode.GetRequestBodyMode())
+		}
+		if mode.GetRequestHeaderMode() == extprocv3.ProcessingMode_SKIP {
+			t.Errorf("ext_proc %s skips an upgrade's headers: an upgrade not allowed would not be refused, nor the session followed", name)
+		}
 	}
 }

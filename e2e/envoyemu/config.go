@@ -61,8 +61,11 @@ type Filter struct {
 // Route is one route of the listener's virtual hosts.
 type Route struct {
 	Prefix, Path string // match; one is set
-	Cluster      string
-	HostRewrite  string // host_rewrite_literal
+	// Headers are the match's header matchers: all must match (Envoy's HeaderMatcher, of
+	// the request's headers as the filters see them, pseudo-headers included).
+	Headers     []headerMatch
+	Cluster     string
+	HostRewrite string // host_rewrite_literal
 	// AppendForwardedHost: a rewritten host's original goes in x-forwarded-host
 	// (append_x_forwarded_host).
 	AppendForwardedHost bool
@@ -320,10 +323,17 @@ func route(r *routev3.Route, filters map[string]Filter) (Route, error) {
 	}
 	rt.Metadata = r.GetMetadata()
 	m := r.GetMatch()
-	if extra := setFields(m, "prefix", "path"); len(extra) > 0 {
+	if extra := setFields(m, "prefix", "path", "headers"); len(extra) > 0 {
 		return rt, fmt.Errorf("match %v is not emulated", extra)
 	}
 	rt.Prefix, rt.Path = m.GetPrefix(), m.GetPath()
+	for _, hm := range m.GetHeaders() {
+		h, err := loadHeaderMatch(hm)
+		if err != nil {
+			return rt, err
+		}
+		rt.Headers = append(rt.Headers, h)
+	}
 	a := r.GetRoute()
 	if a == nil {
 		return rt, errors.New("only route actions (to a cluster) are emulated")
@@ -440,14 +450,102 @@ func setFields(m proto.Message, allowed ...string) []string {
 	return out
 }
 
-// match returns the route of a path, or nil.
-func (c *Config) match(path string) *Route {
-	p, _, _ := strings.Cut(path, "?")
+// match returns the route of a request (its headers, :path among them), or nil.
+func (c *Config) match(h headers) *Route {
+	p, _, _ := strings.Cut(h.value(":path"), "?")
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		if (r.Path != "" && p == r.Path) || (r.Path == "" && strings.HasPrefix(p, r.Prefix)) {
+		if !((r.Path != "" && p == r.Path) || (r.Path == "" && strings.HasPrefix(p, r.Prefix))) {
+			continue
+		}
+		if !slices.ContainsFunc(r.Headers, func(m headerMatch) bool { return !m.matches(h) }) {
 			return r
 		}
 	}
 	return nil
+}
+
+// headerMatch is one of a route's header matchers (routev3.HeaderMatcher): a
+// string_match (exact, prefix, suffix or contains, ignore_case) or a present_match.
+type headerMatch struct {
+	name                            string
+	present                         *bool
+	exact, prefix, suffix, contains string
+	kind                            string // which of the four string matches, "" for present
+	ignoreCase, invert              bool
+}
+
+func loadHeaderMatch(hm *routev3.HeaderMatcher) (headerMatch, error) {
+	if extra := setFields(hm, "name", "string_match", "present_match", "invert_match"); len(extra) > 0 {
+		return headerMatch{}, fmt.Errorf("header matcher %s: %v are not emulated", hm.GetName(), extra)
+	}
+	m := headerMatch{name: strings.ToLower(hm.GetName()), invert: hm.GetInvertMatch()}
+	if hm.GetStringMatch() == nil {
+		if _, ok := hm.GetHeaderMatchSpecifier().(*routev3.HeaderMatcher_PresentMatch); !ok {
+			return m, fmt.Errorf("header matcher %s: only string_match and present_match are emulated", hm.GetName())
+		}
+		p := hm.GetPresentMatch()
+		m.present = &p
+		return m, nil
+	}
+	sm := hm.GetStringMatch()
+	if extra := setFields(sm, "exact", "prefix", "suffix", "contains", "ignore_case"); len(extra) > 0 {
+		return m, fmt.Errorf("header matcher %s: string_match %v are not emulated", hm.GetName(), extra)
+	}
+	m.ignoreCase = sm.GetIgnoreCase()
+	switch {
+	case sm.GetPrefix() != "":
+		m.kind, m.prefix = "prefix", sm.GetPrefix()
+	case sm.GetSuffix() != "":
+		m.kind, m.suffix = "suffix", sm.GetSuffix()
+	case sm.GetContains() != "":
+		m.kind, m.contains = "contains", sm.GetContains()
+	default:
+		m.kind, m.exact = "exact", sm.GetExact()
+	}
+	return m, nil
+}
+
+// matches is Envoy's HeaderUtility::matchHeaders for one matcher: a header's several
+// values are matched joined with ","; an absent header matches only a present_match of
+// false (each inverted by invert_match).
+func (m headerMatch) matches(h headers) bool {
+	var vals []string
+	for _, f := range h {
+		if f.k == m.name {
+			vals = append(vals, f.v)
+		}
+	}
+	if m.present != nil {
+		return (len(vals) > 0) == *m.present != m.invert
+	}
+	if len(vals) == 0 {
+		return false // a string match never matches an absent header, inverted or not
+	}
+	v, want := strings.Join(vals, ","), ""
+	switch m.kind {
+	case "prefix":
+		want = m.prefix
+	case "suffix":
+		want = m.suffix
+	case "contains":
+		want = m.contains
+	default:
+		want = m.exact
+	}
+	if m.ignoreCase {
+		v, want = strings.ToLower(v), strings.ToLower(want)
+	}
+	var ok bool
+	switch m.kind {
+	case "prefix":
+		ok = strings.HasPrefix(v, want)
+	case "suffix":
+		ok = strings.HasSuffix(v, want)
+	case "contains":
+		ok = strings.Contains(v, want)
+	default:
+		ok = v == want
+	}
+	return ok != m.invert
 }

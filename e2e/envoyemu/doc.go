@@ -61,12 +61,20 @@
 // h2c is dropped, as Envoy's HTTP/1 codec drops it)
 // that the connection manager's upgrade_configs do not name is answered 403 with no body
 // (upgrade_failed) before any filter, as Envoy answers it; one they name goes through the
-// filters with its Upgrade and Connection headers, and is answered 502 and counted a
-// problem should it reach the router (the tunnel is not emulated).
+// filters with its Upgrade and Connection headers (any other request has both removed, as
+// Envoy's connection manager removes them, so a route matching upgrade: websocket matches
+// upgrades alone). Its headers do not end the request: the tunnel is its body, so a filter
+// that holds a whole body (a BUFFERED ext_proc, buffer) holds it until Envoy's
+// stream_idle_timeout answers 408 "stream timeout", given here at once and counted a
+// problem. Past the filters it is tunnelled over HTTP/1.1 (tunnel.go): the upstream's 101
+// passes the filters' encoder side, then the bytes flow both ways, the upstream's handed to
+// the filters as response body chunks, as Envoy hands an upgraded stream's data to them.
 //
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
-// routes matched by prefix or path (per-route filter configs can disable a filter,
+// routes matched by prefix or path and header matchers (string_match exact, prefix,
+// suffix, contains, ignore_case; present_match; invert_match; several values joined with
+// ",", as Envoy's HeaderUtility matches them; per-route filter configs can disable a filter,
 // override an ext_proc processing mode, or turn on a filter the chain disables: an
 // empty FilterConfig or ext_authz check settings, as Envoy Gateway writes them), a
 // rewritten host (host_rewrite_literal, its original appended to x-forwarded-host with

@@ -308,7 +308,7 @@ func TestLoadsTheDeployedConfiguration(t *testing.T) {
 			observers++
 		}
 	}
-	if authz != 1 || observers != 1 || len(cfg.Routes) == 0 || cfg.match("/v1/chat/completions") == nil {
+	if authz != 1 || observers != 1 || len(cfg.Routes) == 0 || cfg.match(headers{{":path", "/v1/chat/completions"}}) == nil {
 		t.Fatalf("filters %+v, routes %+v", cfg.Filters, cfg.Routes)
 	}
 }
@@ -1142,5 +1142,52 @@ func TestAuthzGetsTheRoutesMetadata(t *testing.T) {
 	}
 	if other != nil {
 		t.Errorf("a route without metadata sent %v", other)
+	}
+}
+
+// Routes match by their header matchers too, as Envoy's HeaderUtility does: the deployed
+// configuration sends a WebSocket handshake (a GET with Upgrade: websocket, any case) to
+// its own route and every other request to the one after it (a POST asking to upgrade, a
+// request without Upgrade: the connection manager removed it from every request it does
+// not upgrade). An absent header matches a present_match of false alone, and
+// invert_match turns a match around.
+func TestRoutesMatchHeaders(t *testing.T) {
+	cfg, err := LoadFile("../../deploy/envoy/envoy.yaml", "inference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Routes) < 2 || len(cfg.Routes[0].Headers) == 0 {
+		t.Fatalf("routes %+v: want the upgrade's first", cfg.Routes)
+	}
+	for _, c := range []struct {
+		h       headers
+		upgrade bool
+	}{
+		{headers{{":path", "/v1/realtime?model=gpt-realtime"}, {":method", "GET"}, {"connection", "Upgrade"}, {"upgrade", "websocket"}}, true},
+		{headers{{":path", "/v1/responses"}, {":method", "GET"}, {"upgrade", "WebSocket"}}, true},
+		{headers{{":path", "/v1/batches"}, {":method", "POST"}, {"upgrade", "websocket"}}, false},
+		{headers{{":path", "/v1/realtime"}, {":method", "GET"}}, false},
+	} {
+		if r := cfg.match(c.h); r == nil || (r == &cfg.Routes[0]) != c.upgrade {
+			t.Errorf("%v: matched %+v, want the upgrade's route %v", c.h, r, c.upgrade)
+		}
+	}
+	no, yes := false, true
+	for _, c := range []struct {
+		m    headerMatch
+		h    headers
+		want bool
+	}{
+		{headerMatch{name: "x", present: &no}, headers{}, true},
+		{headerMatch{name: "x", present: &yes}, headers{}, false},
+		{headerMatch{name: "x", present: &yes, invert: true}, headers{}, true},
+		{headerMatch{name: "x", kind: "exact", exact: "a", invert: true}, headers{}, false},
+		{headerMatch{name: "x", kind: "exact", exact: "a,b"}, headers{{"x", "a"}, {"x", "b"}}, true},
+		{headerMatch{name: "x", kind: "contains", contains: "UP", ignoreCase: true}, headers{{"x", "keep-alive, Upgrade"}}, true},
+		{headerMatch{name: "x", kind: "prefix", prefix: "a", invert: true}, headers{{"x", "ab"}}, false},
+	} {
+		if got := c.m.matches(c.h); got != c.want {
+			t.Errorf("%+v on %v: %v, want %v", c.m, c.h, got, c.want)
+		}
 	}
 }

@@ -174,9 +174,10 @@ type envoyReply struct {
 
 // The response flags the emulated router sets.
 const (
-	flagUT = 1 << 2 // UpstreamRequestTimeout
-	flagUF = 1 << 5 // UpstreamConnectionFailure
-	flagUC = 1 << 6 // UpstreamConnectionTermination
+	flagUT = 1 << 2  // UpstreamRequestTimeout
+	flagUF = 1 << 5  // UpstreamConnectionFailure
+	flagUC = 1 << 6  // UpstreamConnectionTermination
+	flagSI = 1 << 16 // StreamIdleTimeout
 )
 
 type respHeader struct {
@@ -261,7 +262,10 @@ func (x *exchange) requestHeaders() {
 	h.set("x-forwarded-proto", "http")
 	h.set("x-request-id", uuid())
 	x.req = h
-	x.noBody = r.ContentLength == 0
+	// An upgrade's request does not end with its headers, whatever its length says:
+	// Envoy's HTTP/1 codec makes the connection's bytes after them, the tunnel, its
+	// body (end_stream false on the headers).
+	x.noBody = r.ContentLength == 0 && x.upgrade == ""
 }
 
 func (x *exchange) run() {
@@ -272,7 +276,7 @@ func (x *exchange) run() {
 		x.localReply(http.StatusForbidden, nil, "", "upgrade_failed")
 		return
 	}
-	x.route = x.p.cfg.match(x.req.value(":path"))
+	x.route = x.p.cfg.match(x.req)
 	if x.route == nil {
 		x.localReply(http.StatusNotFound, nil, "", "route_not_found")
 		return
@@ -308,7 +312,19 @@ func (x *exchange) run() {
 }
 
 // readBody holds the whole request body, refusing (413) one over limit bytes.
+//
+// An upgrade's body is its tunnel, which ends only with the connection, after the
+// response the client waits for: Envoy holds the request (no byte goes upstream) until
+// the connection manager's stream_idle_timeout answers it 408 "stream timeout" (the
+// request not complete; flag SI). That answer is given here at once, not after the
+// timeout, and counted a problem.
 func (x *exchange) readBody(limit int) bool {
+	if x.upgrade != "" {
+		x.p.problem("an upgrade (%s) held for a whole body it never ends (a filter buffers it): Envoy answers it only at stream_idle_timeout", x.upgrade)
+		x.reply = envoyReply{flagSI, "stream_idle_timeout"}
+		x.localReply(http.StatusRequestTimeout, nil, "stream timeout", "stream_idle_timeout")
+		return false
+	}
 	if x.buffered {
 		if len(x.body) > limit {
 			x.localReply(http.StatusRequestEntityTooLarge, nil, "Payload Too Large", "request_payload_too_large")
@@ -380,9 +396,7 @@ func upgradeOf(h headers) string {
 // encoder side, in reverse order.
 func (x *exchange) forward() {
 	if x.upgrade != "" {
-		// The tunnel an upgrade becomes is not played.
-		x.p.problem("an upgrade (%s) that passed the filters: tunnelling it is not emulated", x.upgrade)
-		x.localReply(http.StatusBadGateway, nil, "", "envoyemu_upgrade_not_emulated")
+		x.tunnel()
 		return
 	}
 	base, ok := x.p.clusters[x.route.Cluster]
@@ -439,6 +453,11 @@ func (x *exchange) forward() {
 		x.upstreamFailed(ctx.Err() != nil, wrote.Load())
 		return
 	}
+	x.relay(resp)
+}
+
+// relay streams the upstream's answer back through the filters' encoder side.
+func (x *exchange) relay(resp *http.Response) {
 	defer resp.Body.Close()
 
 	rh := fromHTTP(resp.Header)
@@ -506,6 +525,22 @@ func (x *exchange) forward() {
 // respondHeaders passes the response headers through the filters' encoder side, last
 // filter first, and sends them to the client; false when a filter ended the exchange.
 func (x *exchange) respondHeaders(rh headers, endWithHeaders bool) bool {
+	rh, ok := x.encodeHeaders(rh, endWithHeaders)
+	if !ok {
+		return false
+	}
+	status, _ := strconv.Atoi(rh.value(":status"))
+	rh.toHTTP(x.w.Header())
+	x.w.WriteHeader(status)
+	if flusher, ok := x.w.(http.Flusher); ok {
+		flusher.Flush()
+	}
+	return true
+}
+
+// encodeHeaders passes the response headers through the filters' encoder side, last
+// filter first; false when a filter ended the exchange.
+func (x *exchange) encodeHeaders(rh headers, endWithHeaders bool) (headers, bool) {
 	for i := len(x.active) - 1; i >= 0; i-- {
 		af := x.active[i]
 		switch {
@@ -514,7 +549,7 @@ func (x *exchange) respondHeaders(rh headers, endWithHeaders bool) bool {
 		case af.f.Proc != nil:
 			var ok bool
 			if rh, ok = x.processResponseHeaders(af, rh, endWithHeaders); !ok {
-				return false
+				return rh, false
 			}
 		case af.f.Authz != nil:
 			for _, a := range x.respAdd {
@@ -524,13 +559,7 @@ func (x *exchange) respondHeaders(rh headers, endWithHeaders bool) bool {
 			x.corsResponse(&rh)
 		}
 	}
-	status, _ := strconv.Atoi(rh.value(":status"))
-	rh.toHTTP(x.w.Header())
-	x.w.WriteHeader(status)
-	if flusher, ok := x.w.(http.Flusher); ok {
-		flusher.Flush()
-	}
-	return true
+	return rh, true
 }
 
 // upstreamFailed answers a request whose upstream sent no response headers as Envoy's
