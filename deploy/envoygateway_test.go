@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gateway"
@@ -94,23 +96,30 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	out := translateEnvoyGateway(t)
 
 	// Every object accepted, and every kind the policies use among them.
-	expectAccepted(t, out, map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 1,
+	expectAccepted(t, out, map[string]int{"gateways": 1, "httpRoutes": 1, "securityPolicies": 1, "envoyExtensionPolicies": 2,
 		"clientTrafficPolicies": 1, "backends": 1, "backendTLSPolicies": 1})
 
 	listener := out.Listener("llm/llm", "llm/llm/http")
 	if listener == nil {
 		t.Fatalf("no listener llm/llm/http in the xDS of the Gateway llm/llm: %v", egtranslate.Get(map[string]any(out), "xds"))
 	}
-	var route map[string]any
+	// The route of every request, and the WebSocket handshakes' (its header matchers:
+	// TestEnvoyGatewayReadsAnUpgradeByItsHeaders).
+	var route, wsRoute map[string]any
 	for _, vh := range egtranslate.List(out.RouteConfig("llm/llm", "llm/llm/http"), "virtualHosts") {
 		for _, r := range egtranslate.List(vh, "routes") {
-			route, _ = r.(map[string]any)
+			if len(egtranslate.List(r, "match", "headers")) > 0 {
+				wsRoute, _ = r.(map[string]any)
+			} else {
+				route, _ = r.(map[string]any)
+			}
 		}
 	}
 	endpoints := out.Endpoints("llm/llm")
-	if route == nil {
-		t.Fatal("no route in the route configuration llm/llm/http")
+	if route == nil || wsRoute == nil {
+		t.Fatal("no route, or no WebSocket handshakes' route, in the route configuration llm/llm/http")
 	}
+	perRoute, _ := egtranslate.Get(route, "typedPerFilterConfig").(map[string]any)
 
 	// The listener buffers as much of a request body as envoy.yaml's.
 	got, _ := egtranslate.Get(listener, "perConnectionBufferLimitBytes").(float64)
@@ -129,6 +138,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	}
 	var authz *extauthzv3.ExtAuthz
 	var proc *extprocv3.ExternalProcessor
+	procs := map[string]*extprocv3.ExternalProcessor{}
 	for _, raw := range hf {
 		var f hcmv3.HttpFilter
 		if err := protojson.Unmarshal(mustJSON(t, raw), &f); err != nil {
@@ -146,15 +156,23 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			}
 			authz, authzName = a, f.GetName()
 		case p != nil:
-			if proc != nil {
-				t.Error("two ext_proc filters")
+			// One per EnvoyExtensionPolicy: the route's, and the WebSocket rule's.
+			procs[f.GetName()] = p
+			if _, on := perRoute[f.GetName()]; on {
+				if proc != nil {
+					t.Error("two ext_proc filters on the route")
+				}
+				proc, procName = p, f.GetName()
 			}
-			proc, procName = p, f.GetName()
 		}
 	}
-	if want := []string{"Cors", "ExtAuthz", "ExternalProcessor", "Router"}; !slices.Equal(kinds, want) {
+	if want := []string{"Cors", "ExtAuthz", "ExternalProcessor", "ExternalProcessor", "Router"}; !slices.Equal(kinds, want) {
 		t.Fatalf("http filters %v (%v), want %v: CORS first (a browser's preflight carries no key), then ext_authz (ext_proc follows the request id it sets), the router last", kinds, names, want)
 	}
+	if proc == nil {
+		t.Fatalf("no ext_proc filter on the route (typed_per_filter_config has %v)", perRoute)
+	}
+	checkWebSocketRoute(t, route, wsRoute, procs, procName, endpoints)
 
 	// ext_authz: as envoy.yaml's.
 	if authz.GetFailureModeAllow() != ref.authz.GetFailureModeAllow() || authz.GetStatusOnError().GetCode() != ref.authz.GetStatusOnError().GetCode() {
@@ -233,7 +251,6 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			}
 		}
 	}
-	perRoute, _ := egtranslate.Get(route, "typedPerFilterConfig").(map[string]any)
 	for _, name := range []string{authzName, procName} {
 		if _, ok := perRoute[name]; !ok {
 			t.Errorf("the route does not turn on %s (typed_per_filter_config has %v)", name, perRoute)
@@ -286,6 +303,83 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	}
 }
 
+// checkWebSocketRoute: a WebSocket handshake's request does not end with its headers
+// (Envoy's HTTP/1 codec makes the tunnel its body), so the policy's buffered request body
+// held an allowed upgrade (realtime_sessions in TOLLGATE_DEFERRED_BILLING_ALLOW) until the
+// stream idle timeout, as deploy/envoy/envoy.yaml's did (TestEnvoyConfigReadsAnUpgradeByItsHeaders).
+// The example route's rule "websocket" matches the handshake (a GET with Upgrade:
+// websocket, any case) and takes the policy tollgate-websocket instead, whose ext_proc
+// reads the request's headers alone; it is otherwise the route of every request: the
+// same check, CORS policy, keys removed, host, timeout, and an ext_proc the same but for
+// the request body.
+func checkWebSocketRoute(t *testing.T, route, wsRoute map[string]any, procs map[string]*extprocv3.ExternalProcessor, procName string, endpoints map[string][]string) {
+	t.Helper()
+	var up routev3.RouteMatch
+	if err := protojson.Unmarshal(mustJSON(t, egtranslate.Get(wsRoute, "match")), &up); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, h := range up.GetHeaders() {
+		sm := h.GetStringMatch()
+		switch {
+		case h.GetInvertMatch() || sm == nil:
+		case sm.GetSafeRegex().GetRegex() == "(?i)websocket", sm.GetExact() == "websocket" && sm.GetIgnoreCase():
+			got[h.GetName()] = "websocket, any case"
+		case sm.GetExact() == "GET" && !sm.GetIgnoreCase():
+			got[h.GetName()] = "GET"
+		}
+	}
+	if want := map[string]string{"upgrade": "websocket, any case", ":method": "GET"}; !maps.Equal(got, want) || len(up.GetHeaders()) != 2 || up.GetPrefix() != "/" {
+		t.Errorf("the WebSocket route matches %v, want a prefix / with upgrade: websocket on a GET", egtranslate.Get(wsRoute, "match"))
+	}
+	on, _ := egtranslate.Get(wsRoute, "typedPerFilterConfig").(map[string]any)
+	all, _ := egtranslate.Get(route, "typedPerFilterConfig").(map[string]any)
+	var wsProc *extprocv3.ExternalProcessor
+	for name := range on {
+		if p, ok := procs[name]; ok {
+			wsProc = p
+		}
+	}
+	for name, cfg := range all {
+		if _, ok := procs[name]; ok {
+			continue
+		}
+		if !reflect.DeepEqual(on[name], cfg) {
+			t.Errorf("the WebSocket route's %s %v, the route's %v", name, on[name], cfg)
+		}
+	}
+	if len(on) != len(all) || wsProc == nil || on[procName] != nil {
+		t.Fatalf("the WebSocket route turns on %v, want the route's filters, its ext_proc the WebSocket policy's", slices.Collect(maps.Keys(on)))
+	}
+	// The same action, to a cluster of its own (one per rule) with the same endpoints.
+	action := func(r map[string]any) (map[string]any, string) {
+		a := maps.Clone(egtranslate.Get(r, "route").(map[string]any))
+		c, _ := a["cluster"].(string)
+		delete(a, "cluster")
+		return a, c
+	}
+	wa, wc := action(wsRoute)
+	ra, rc := action(route)
+	if !reflect.DeepEqual(wa, ra) || !reflect.DeepEqual(egtranslate.Get(wsRoute, "requestHeadersToRemove"), egtranslate.Get(route, "requestHeadersToRemove")) ||
+		!slices.Equal(endpoints[wc], endpoints[rc]) {
+		t.Errorf("the WebSocket route\n%v\ndiffers from the route\n%v", wsRoute, route)
+	}
+	// Its ext_proc: the same but for the request body, to the enforcer's Service too.
+	wsProc = proto.Clone(wsProc).(*extprocv3.ExternalProcessor)
+	if c := wsProc.GetGrpcService().GetEnvoyGrpc().GetClusterName(); !slices.Equal(endpoints[c], []string{"10.96.0.10:9001"}) {
+		t.Errorf("the WebSocket route's ext_proc cluster %s reaches %v, want the enforcer Service's 10.96.0.10:9001", c, endpoints[c])
+	}
+	m, want := wsProc.GetProcessingMode(), proto.Clone(procs[procName]).(*extprocv3.ExternalProcessor)
+	wsProc.GetGrpcService().GetEnvoyGrpc().ClusterName, want.GetGrpcService().GetEnvoyGrpc().ClusterName = "", ""
+	if m.GetRequestBodyMode() != extprocv3.ProcessingMode_NONE || m.GetRequestHeaderMode() == extprocv3.ProcessingMode_SKIP {
+		t.Errorf("the WebSocket route's ext_proc mode %v: want the headers (an upgrade not allowed is refused on them), no body (it never ends)", m)
+	}
+	want.ProcessingMode.RequestBodyMode = m.GetRequestBodyMode()
+	if !proto.Equal(wsProc, want) {
+		t.Errorf("the WebSocket route's ext_proc\n%v\ndiffers from the route's beyond the request body\n%v", wsProc, want)
+	}
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -301,7 +395,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // TestOfficialSDKsThroughEnvoyGateway (e2e) check of the file holds for the chart too.
 func TestEnvoyGatewayChartAgrees(t *testing.T) {
 	rendered := renderEnvoyGatewayPolicies(t, "--set", "secrets.existingSecret=creds", "--set", "envoyGateway.enabled=true",
-		"--set", "envoyGateway.routes[0].name=llm", "--set", "envoyGateway.routes[0].namespace=llm",
+		"--set", "envoyGateway.routes[0].name=llm", "--set", "envoyGateway.routes[0].namespace=llm", "--set", "envoyGateway.routes[0].websocketRule=websocket",
 		"--set", "envoyGateway.gateways[0].name=llm", "--set", "envoyGateway.gateways[0].namespace=llm")
 	file, err := os.ReadFile("envoy-gateway/tollgate.yaml")
 	if err != nil {

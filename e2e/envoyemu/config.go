@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -466,12 +467,14 @@ func (c *Config) match(h headers) *Route {
 }
 
 // headerMatch is one of a route's header matchers (routev3.HeaderMatcher): a
-// string_match (exact, prefix, suffix or contains, ignore_case) or a present_match.
+// string_match (exact, prefix, suffix, contains or safe_regex, ignore_case) or a
+// present_match.
 type headerMatch struct {
 	name                            string
 	present                         *bool
 	exact, prefix, suffix, contains string
-	kind                            string // which of the four string matches, "" for present
+	re                              *regexp.Regexp // safe_regex (RE2, as Go's), matched whole
+	kind                            string         // which of the string matches, "" for present
 	ignoreCase, invert              bool
 }
 
@@ -489,11 +492,20 @@ func loadHeaderMatch(hm *routev3.HeaderMatcher) (headerMatch, error) {
 		return m, nil
 	}
 	sm := hm.GetStringMatch()
-	if extra := setFields(sm, "exact", "prefix", "suffix", "contains", "ignore_case"); len(extra) > 0 {
+	if extra := setFields(sm, "exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"); len(extra) > 0 {
 		return m, fmt.Errorf("header matcher %s: string_match %v are not emulated", hm.GetName(), extra)
 	}
 	m.ignoreCase = sm.GetIgnoreCase()
 	switch {
+	case sm.GetSafeRegex() != nil:
+		if sm.GetIgnoreCase() {
+			return m, fmt.Errorf("header matcher %s: ignore_case with safe_regex (Envoy refuses it)", hm.GetName())
+		}
+		re, err := regexp.Compile(`^(?:` + sm.GetSafeRegex().GetRegex() + `)$`)
+		if err != nil {
+			return m, fmt.Errorf("header matcher %s: %w", hm.GetName(), err)
+		}
+		m.kind, m.re = "regex", re
 	case sm.GetPrefix() != "":
 		m.kind, m.prefix = "prefix", sm.GetPrefix()
 	case sm.GetSuffix() != "":
@@ -538,6 +550,8 @@ func (m headerMatch) matches(h headers) bool {
 	}
 	var ok bool
 	switch m.kind {
+	case "regex":
+		ok = m.re.MatchString(v)
 	case "prefix":
 		ok = strings.HasPrefix(v, want)
 	case "suffix":

@@ -73,7 +73,7 @@
 // Between the filters and the upstream it does what the connection manager and the
 // router do that matters here: hop-by-hop headers dropped, :authority sent as Host,
 // routes matched by prefix or path and header matchers (string_match exact, prefix,
-// suffix, contains, ignore_case; present_match; invert_match; several values joined with
+// suffix, contains, safe_regex, ignore_case; present_match; invert_match; several values joined with
 // ",", as Envoy's HeaderUtility matches them; per-route filter configs can disable a filter,
 // override an ext_proc processing mode, or turn on a filter the chain disables: an
 // empty FilterConfig or ext_authz check settings, as Envoy Gateway writes them), a

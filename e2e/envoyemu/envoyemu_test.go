@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1185,6 +1186,8 @@ func TestRoutesMatchHeaders(t *testing.T) {
 		{headerMatch{name: "x", kind: "exact", exact: "a,b"}, headers{{"x", "a"}, {"x", "b"}}, true},
 		{headerMatch{name: "x", kind: "contains", contains: "UP", ignoreCase: true}, headers{{"x", "keep-alive, Upgrade"}}, true},
 		{headerMatch{name: "x", kind: "prefix", prefix: "a", invert: true}, headers{{"x", "ab"}}, false},
+		{headerMatch{name: "x", kind: "regex", re: regexp.MustCompile(`^(?:(?i)websocket)$`)}, headers{{"x", "WebSocket"}}, true},
+		{headerMatch{name: "x", kind: "regex", re: regexp.MustCompile(`^(?:(?i)websocket)$`)}, headers{{"x", "websockets"}}, false},
 	} {
 		if got := c.m.matches(c.h); got != c.want {
 			t.Errorf("%+v on %v: %v, want %v", c.m, c.h, got, c.want)

@@ -183,7 +183,7 @@ func (o Output) Clusters(gateway string) []string {
 // where each cluster name is), and so is what the emulator does not play and that has
 // no bearing on a request's admission or charge: the route configuration's
 // ignore_port_in_host_matching (its one virtual host takes every host) and the routes'
-// upgrade_configs (WebSockets are not emulated).
+// upgrade_configs (the emulator plays the connection manager's, not a route's).
 func (o Output) Bootstrap(gateway, listener string) ([]byte, error) {
 	l := o.Listener(gateway, listener)
 	if l == nil {
