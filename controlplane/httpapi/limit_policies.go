@@ -177,7 +177,7 @@ func (in *usageInFlightBody) validate(p *fault.Problems) limits.Guard {
 // validate checks the shared fields and returns the policy they describe.
 func (in *usagePolicyFields) validate(p *fault.Problems) store.UsagePolicy {
 	out := store.UsagePolicy{HardLimit: true, AllowRequestReset: true}
-	out.Name = trimmedText(p, in.Name, 1, 120, "name")
+	out.Name = nameText(p, in.Name, 1, 120, "name")
 	for _, f := range []struct {
 		o    jsonx.Optional[bool]
 		dst  *bool

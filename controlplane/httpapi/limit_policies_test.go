@@ -71,6 +71,10 @@ func TestUsagePolicyBodyValidation(t *testing.T) {
 		{"revision string", map[string]any{"name": "x", "limits": lim(map[string]any{"costUsd": "1"}), "revision": "1"}, "revision"},
 		{"blank name", map[string]any{"name": "   ", "limits": lim(map[string]any{"costUsd": "1"}), "revision": 1}, "name: must be 1 to 120"},
 		{"long name", map[string]any{"name": strings.Repeat("n", 121), "limits": lim(map[string]any{"costUsd": "1"}), "revision": 1}, "name: must be 1 to 120"},
+		// Members see the winning policy's name (policyName): it may not hide a right-to-left
+		// override or a control character, as the names of teams and keys may not.
+		{"bidirectional override in the name", map[string]any{"name": "\u202eylliaD", "limits": lim(map[string]any{"costUsd": "1"}), "revision": 1}, "name: must not contain control characters"},
+		{"control character in the name", map[string]any{"name": "a\x1b[31mb", "limits": lim(map[string]any{"costUsd": "1"}), "revision": 1}, "name: must not contain control characters"},
 		{"no limits", map[string]any{"name": "x", "limits": []any{}, "revision": 1}, "limits: must have 1 to 3"},
 		{"four limits", map[string]any{"name": "x", "revision": 1, "limits": lim(map[string]any{"timeframe": "day", "costUsd": "1"},
 			map[string]any{"timeframe": "week", "costUsd": "1"}, map[string]any{"timeframe": "month", "costUsd": "1"}, map[string]any{"timeframe": "day", "costUsd": "1"})}, "limits: must have 1 to 3"},
