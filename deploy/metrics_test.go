@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -665,24 +666,28 @@ func TestUnpricedModelsAlert(t *testing.T) {
 	}
 }
 
-// readmeMetricSection is README.md's section on the metrics the dashboard and the
-// alerts use, up to the next section.
+// readmeMetricSection is README.md's section on the metrics the programs export, up to
+// the next section.
 func readmeMetricSection(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "## Metrics the dashboard and alerts use")
+	_, section, ok := strings.Cut(string(b), "## Metrics the programs export")
 	if !ok {
-		t.Fatal("README.md has no section on the metrics the dashboard and alerts use")
+		t.Fatal("README.md has no section on the metrics the programs export")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	return section
 }
 
-// TestReadmeMetricTable: README.md lists every metric the dashboard and the alerts use,
-// each with the type its program registers (the README once called a histogram a gauge).
+// TestReadmeMetricTable: README.md lists every metric both programs register, each with
+// the type its program registers (the README once called a histogram a gauge), and every
+// metric the dashboard and the alerts use. Until 2026-12-07 it asked only for the metrics
+// the dashboard and the alerts use, so a metric neither read went unlisted and unnoticed:
+// the table left out both retention metrics, which an operator watching the scheduled
+// retention has to find.
 func TestReadmeMetricTable(t *testing.T) {
 	cat, err := registry()
 	if err != nil {
@@ -702,6 +707,15 @@ func TestReadmeMetricTable(t *testing.T) {
 			t.Errorf("README.md lists %s, which neither program registers", name)
 		case typeName(f.typ) != typ:
 			t.Errorf("README.md calls %s a %s; the %s registers a %s", name, typ, f.program, typeName(f.typ))
+		}
+	}
+	names := slices.Sorted(maps.Keys(cat))
+	if len(names) < 50 {
+		t.Fatalf("only %d metrics read from the programs' registries: are both programs built?", len(names))
+	}
+	for _, name := range names {
+		if !listed[name] {
+			t.Errorf("README.md's metric table does not list %s, which the %s registers", name, cat[name].program)
 		}
 	}
 	var exprs []string
@@ -925,4 +939,55 @@ func readmeLabelValues(col string) map[string][]string {
 		}
 	}
 	return out
+}
+
+// TestMetricsAreDeclaredInTheCatalogues: the checks above (the dashboard, the alerts,
+// README.md's table) read the programs' metrics from their catalogues, built as
+// programs lists, so a metric made and registered anywhere else would escape them all.
+// Every Go file of the programs (tests aside) is read: a metric constructor or a
+// registration outside controlplane/metrics and enforcer/metrics fails, the Go runtime's
+// and the process's collectors (go_*, process_*) aside.
+func TestMetricsAreDeclaredInTheCatalogues(t *testing.T) {
+	catalogues := map[string]bool{"controlplane/metrics/metrics.go": true, "enforcer/metrics/metrics.go": true}
+	made := regexp.MustCompile(`\bprometheus\.New(Counter|Gauge|Histogram|Summary|Untyped)(Vec|Func)?\(|\bpromauto\.|\.MustRegister\(|\bprometheus\.(Must)?Register\(`)
+	seen := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel == "tools" || strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if !made.MatchString(line) {
+				continue
+			}
+			seen[rel] = true
+			if !catalogues[rel] && !strings.Contains(line, ".MustRegister(collectors.") {
+				t.Errorf("%s:%d makes or registers a metric outside the programs' catalogues (controlplane/metrics, enforcer/metrics), which the checks of the dashboard, the alerts and README.md's table do not read: %s",
+					rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range catalogues {
+		if !seen[c] {
+			t.Errorf("%s makes no metric: is the pattern still right?", c)
+		}
+	}
 }
