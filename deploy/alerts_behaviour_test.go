@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -308,6 +309,17 @@ func settlementsLostRules(t *testing.T) (fileRules, chartRules []testedRule) {
 	if len(fileRules) != 1 {
 		t.Fatal("no TollgateSettlementsLost")
 	}
+	chartRules = chartAlertRules(t, "TollgateSettlementsLost")
+	if len(chartRules) != 1 {
+		t.Fatalf("the chart's PrometheusRule has %d TollgateSettlementsLost", len(chartRules))
+	}
+	return fileRules, chartRules
+}
+
+// chartAlertRules are the rules named alert of the chart's PrometheusRule, as the chart
+// installs them with its defaults.
+func chartAlertRules(t *testing.T, alert string) []testedRule {
+	t.Helper()
 	var pr struct {
 		Spec ruleFile `yaml:"spec"`
 	}
@@ -315,17 +327,78 @@ func settlementsLostRules(t *testing.T) (fileRules, chartRules []testedRule) {
 	if err := yaml.Unmarshal(rendered, &pr); err != nil {
 		t.Fatal(err)
 	}
+	var rules []testedRule
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
-			if r.Alert == "TollgateSettlementsLost" {
-				chartRules = append(chartRules, testedRule{r.Alert, r.Expr, r.For, r.Labels})
+			if r.Alert == alert {
+				rules = append(rules, testedRule{r.Alert, r.Expr, r.For, r.Labels})
 			}
 		}
 	}
-	if len(chartRules) != 1 {
-		t.Fatalf("the chart's PrometheusRule has %d TollgateSettlementsLost", len(chartRules))
+	return rules
+}
+
+// TestRetentionFailingAlert runs TollgateRetentionFailing (the chart's is the file's)
+// through `promtool test rules` on the control planes' counts of serve's scheduled
+// retention runs (tollgate_controlplane_retention_runs_total), a sample a minute, with a
+// daily interval: the deployment runs it once a day, whichever control plane claims it
+// in Postgres, so one pod's count says nothing alone. Until 2026-12-07 no alert read
+// the count: a retention failing every day was an ERROR line a day in the log of
+// whichever pod ran it, and the tables grew unnoticed.
+//   - off: no schedule, every count 0 for 3 days: never fires.
+//   - failing: cp-1 succeeds on day 1, cp-2 fails on days 2 and 3; the day-1 success
+//     leaves the 2-day window just before 72h, and the alert fires once its `for` (1h)
+//     has passed, not before (an error with a success in the window is one bad day, not
+//     yet a ticket); on day 4 cp-3, a new pod, succeeds before its first scrape (its
+//     series starts at 1, which increase() cannot see) and the alert clears.
+//   - unseen error: cp-1 succeeded before its first scrape at 0h; cp-2, a new pod at
+//     50h, failed before its first scrape (its series starts at 1): it fires after
+//     its `for`.
+func TestRetentionFailingAlert(t *testing.T) {
+	rules := alertRules(t, func(_, alert string) bool { return alert == "TollgateRetentionFailing" })
+	if len(rules) != 1 {
+		t.Fatal("no TollgateRetentionFailing in prometheus/alerts.yaml")
 	}
-	return fileRules, chartRules
+	// The chart installs it as the file writes it.
+	if chartRules := chartAlertRules(t, "TollgateRetentionFailing"); len(chartRules) != 1 || !reflect.DeepEqual(chartRules[0], rules[0]) {
+		t.Fatalf("the chart's PrometheusRule has TollgateRetentionFailing %+v; the file's is %+v", chartRules, rules[0])
+	}
+	// runs are a control plane's three series; "_" is no sample (the pod not there).
+	runs := func(instance, applied, preview, failed string) []any {
+		var out []any
+		for _, r := range [][2]string{{"applied", applied}, {"preview", preview}, {"error", failed}} {
+			out = append(out, map[string]string{"series": `tollgate_controlplane_retention_runs_total{job="controlplane",instance="` +
+				instance + `",result="` + r[0] + `"}`, "values": r[1]})
+		}
+		return out
+	}
+	fires := func(at string, firing bool) map[string]any {
+		exp := []any{}
+		if firing {
+			exp = append(exp, map[string]any{"exp_labels": rules[0].Labels})
+		}
+		return map[string]any{"eval_time": at, "alertname": "TollgateRetentionFailing", "exp_alerts": exp}
+	}
+	// A sample a minute (as a scrape, so that an instant selector always finds one):
+	// 1440 a day.
+	for _, c := range []struct {
+		what     string
+		series   []any
+		expected []any
+	}{
+		{"retention off (no schedule)",
+			append(runs("cp-1", "0x4320", "0x4320", "0x4320"), runs("cp-2", "0x4320", "0x4320", "0x4320")...),
+			[]any{fires("24h", false), fires("50h", false), fires("71h", false)}},
+		{"failing since day 2, succeeding again on day 4 in a new pod",
+			append(append(runs("cp-1", "0x1439 1x4380", "0x5820", "0x5820"), runs("cp-2", "0x5820", "0x5820", "0x2879 1x1439 2x1500")...),
+				runs("cp-3", "_x5759 1x60", "_x5759 0x60", "_x5759 0x60")...),
+			[]any{fires("50h", false), fires("71h", false), fires("72h30m", false), fires("74h", true), fires("95h", true), fires("97h", false)}},
+		{"a failure before a new pod's first scrape",
+			append(runs("cp-1", "1x3660", "0x3660", "0x3660"), runs("cp-2", "_x2999 0x660", "_x2999 0x660", "_x2999 1x660")...),
+			[]any{fires("49h", false), fires("50h30m", false), fires("52h", true), fires("60h", true)}},
+	} {
+		promtoolTest(t, rules, "1m", c.series, c.expected, "TollgateRetentionFailing, "+c.what)
+	}
 }
 
 // TestSettlementsLostCountsAnUnreadableSpool runs TollgateSettlementsLost, the file's and
