@@ -57,8 +57,10 @@ func ReadBody(r *http.Request) ([]byte, error) {
 	if len(body) > MaxBodyBytes {
 		return nil, fault.InvalidAt(fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes))
 	}
-	if len(bytes.TrimSpace(body)) > 0 && !jsonContentType(r.Header.Values("Content-Type")) {
-		return nil, fault.InvalidAt("Content-Type must be application/json")
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := checkContentType(r.Header.Values("Content-Type")); err != nil {
+			return nil, err
+		}
 	}
 	return body, nil
 }
@@ -84,13 +86,34 @@ func ReadOptionalBody(r *http.Request) ([]byte, error) {
 		}
 		return body, nil
 	}
-	if !jsonContentType(values) {
-		return nil, fault.InvalidAt("Content-Type must be application/json")
+	if err := checkContentType(values); err != nil {
+		return nil, err
 	}
 	if body == nil {
 		body = []byte{}
 	}
 	return body, nil
+}
+
+// patchTypes are the +json media types whose body is a set of changes to apply to the
+// resource (RFC 7396's merge patch, RFC 6902's JSON Patch): this API's bodies are whole
+// documents (a PATCH of a policy replaces it), so a client that sent a merge patch
+// leaving out hardLimit would have it set back to its default. They are refused rather
+// than read as something they do not mean.
+var patchTypes = []string{"application/merge-patch+json", "application/json-patch+json"}
+
+// checkContentType refuses a body whose Content-Type is not JSON (jsonContentType), or is
+// one of patchTypes, with a message saying what to send.
+func checkContentType(values []string) error {
+	if len(values) == 1 {
+		if mt, _, err := mime.ParseMediaType(values[0]); err == nil && slices.Contains(patchTypes, mt) {
+			return fault.InvalidAt("Content-Type " + mt + " is a patch format; this API takes whole documents: send application/json")
+		}
+	}
+	if !jsonContentType(values) {
+		return fault.InvalidAt("Content-Type must be application/json")
+	}
+	return nil
 }
 
 // jsonContentType accepts no header (or an empty one), application/json and the

@@ -310,7 +310,11 @@ func TestDecodeContentType(t *testing.T) {
 		{"json", []string{"application/json"}, `{}`, ""},
 		{"json with charset", []string{"application/json; charset=utf-8"}, `{}`, ""},
 		{"json in capitals", []string{"Application/JSON"}, `{}`, ""},
-		{"a +json type", []string{"application/merge-patch+json"}, `{}`, ""},
+		{"a +json type", []string{"application/vnd.acme+json"}, `{}`, ""},
+		// A merge patch or a JSON Patch means changes to apply; the bodies here are whole
+		// documents, and read as one a merge patch's left-out fields would take defaults.
+		{"a merge patch", []string{"application/merge-patch+json"}, `{}`, "Content-Type application/merge-patch+json is a patch format; this API takes whole documents: send application/json"},
+		{"a JSON Patch", []string{"application/json-patch+json; charset=utf-8"}, `[]`, "Content-Type application/json-patch+json is a patch format; this API takes whole documents: send application/json"},
 		{"an empty header", []string{""}, `{}`, ""},
 		{"text", []string{"text/plain"}, `{}`, refused},
 		{"form", []string{"application/x-www-form-urlencoded"}, `{}`, refused},
