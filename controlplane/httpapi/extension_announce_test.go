@@ -31,14 +31,21 @@ func (l *losableEvents) EntitlementChanged(ctx context.Context, org string, m []
 	}
 }
 
-// An approval whose announcement to the enforcers was lost (the control plane died
-// between its commit and the post-commit refresh of the member's record, and the owner
-// saw an error) is approved again by the owner: the retry answers "approved" and must
-// tell the enforcers, or the member stays refused on the record from before the grant
-// (a blocked member settles nothing that would rewrite it) until the next daily reset.
-// Before, a repeated approval answered the request as it was and announced nothing.
-func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
-	t.Parallel()
+// announceStack is a REST server whose entitlement announcements go to a mirror writer
+// (lost while lose is set), with the writer's generation claimed, and bob's request for
+// more pending.
+type announceStack struct {
+	e      *apitest.Env
+	ev     *losableEvents
+	w      *mirrorsync.Writer
+	o, bob apitest.Member
+	r      resetRequest
+	// dayExtension reads the day limit's extension in bob's record in Redis.
+	dayExtension func() int64
+}
+
+func newAnnounceStack(t *testing.T) *announceStack {
+	t.Helper()
 	ev := &losableEvents{}
 	e := apitest.NewWith(t, apitest.Options{Events: ev})
 	rdb, layout := testredis.New(t)
@@ -49,7 +56,8 @@ func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
 	}
 	ev.w = w
 	o, bob, r := bobAsksForMore(t, e)
-	extension := func() int64 {
+	s := &announceStack{e: e, ev: ev, w: w, o: o, bob: bob, r: r}
+	s.dayExtension = func() int64 {
 		t.Helper()
 		rec, err := layout.Read(context.Background(), rdb, bob.MemberID, w.Generation())
 		if err != nil || rec == nil {
@@ -63,6 +71,19 @@ func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
 		t.Fatal("no day limit in bob's record")
 		return 0
 	}
+	return s
+}
+
+// An approval whose announcement to the enforcers was lost (the control plane died
+// between its commit and the post-commit refresh of the member's record, and the owner
+// saw an error) is approved again by the owner: the retry answers "approved" and must
+// tell the enforcers, or the member stays refused on the record from before the grant
+// (a blocked member settles nothing that would rewrite it) until the next daily reset.
+// Before, a repeated approval answered the request as it was and announced nothing.
+func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
+	t.Parallel()
+	st := newAnnounceStack(t)
+	e, ev, o, r, extension := st.e, st.ev, st.o, st.r, st.dayExtension
 	if got := extension(); got != 0 {
 		t.Fatalf("extension %d before the approval", got)
 	}
@@ -89,32 +110,9 @@ func TestRetriedApprovalReachesTheEnforcers(t *testing.T) {
 // clears its mark: the next round rewrites nothing.
 func TestLostApprovalIsRepairedByTheNextRound(t *testing.T) {
 	t.Parallel()
-	ev := &losableEvents{}
-	e := apitest.NewWith(t, apitest.Options{Events: ev})
-	rdb, layout := testredis.New(t)
-	reg := prometheus.NewRegistry()
-	w := mirrorsync.New(mirrorsync.Deps{Store: e.Store, Redis: rdb, Layout: layout, Clock: e.Clock,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(reg)})
+	st := newAnnounceStack(t)
+	e, ev, w, o, bob, r, extension := st.e, st.ev, st.w, st.o, st.bob, st.r, st.dayExtension
 	ctx := context.Background()
-	if err := w.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ev.w = w
-	o, bob, r := bobAsksForMore(t, e)
-	extension := func() int64 {
-		t.Helper()
-		rec, err := layout.Read(ctx, rdb, bob.MemberID, w.Generation())
-		if err != nil || rec == nil {
-			t.Fatalf("bob's record: %v %v", rec, err)
-		}
-		for _, l := range rec.GetEntitlement().GetLimits() {
-			if l.GetTimeframe() == string(window.Day) {
-				return l.GetExtensionMicroUsd()
-			}
-		}
-		t.Fatal("no day limit in bob's record")
-		return 0
-	}
 	marks := func() int {
 		t.Helper()
 		var n int
