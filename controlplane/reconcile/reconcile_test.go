@@ -55,6 +55,17 @@ func (f fixture) quarantine(t *testing.T, id string, cost int64) {
 	}
 }
 
+// quarantineWithSnapshot stores a quarantined epoch_changed settlement first seen at
+// seen whose snapshot says it was admitted at admitted (the enforcer's clock).
+func (f fixture) quarantineWithSnapshot(t *testing.T, id string, seen, admitted time.Time) {
+	t.Helper()
+	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
+		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $5::bigint::text)), $4, $4)`,
+		id, f.org, f.member, seen, admitted.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f fixture) reconcile(t *testing.T, apply bool, items ...reconcile.Item) reconcile.Answer {
 	t.Helper()
 	var ans reconcile.Answer

@@ -21,11 +21,7 @@ func TestReconcileAcceptsASnapshotAdmittedWithinTheClockSkew(t *testing.T) {
 	now := f.e.Clock.Now()
 	id := accountingtest.ReqID()
 	snapAt := now.Add(2 * time.Minute).Truncate(time.Millisecond) // the enforcer's clock, 2 minutes ahead
-	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
-		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $5::bigint::text)), $4, $4)`,
-		id, f.org, f.member, now, snapAt.UnixMilli()); err != nil {
-		t.Fatal(err)
-	}
+	f.quarantineWithSnapshot(t, id, now, snapAt)
 	ans := f.reconcile(t, true, reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: snapAt, Cost: 40})
 	if !ans.Applied || ans.Results[0].Outcome != reconcile.Reconciled {
 		t.Fatalf("the snapshot's own admission instant, %v after the record was first seen: %+v", snapAt.Sub(now), ans.Results)
@@ -56,11 +52,7 @@ func TestReconcileAcceptsTheSnapshotOfASettlementSpooledForAWeek(t *testing.T) {
 	now := f.e.Clock.Now()
 	id := accountingtest.ReqID()
 	snapAt := now.Add(-(reconcile.MaxAdmissionLead + 36*time.Hour)).Truncate(time.Millisecond)
-	if _, err := f.e.Store.Pool.Exec(f.e.Ctx, `INSERT INTO usage_quarantined_settlements (request_id, reason, organization_id, member_id, payload,
-		first_seen_at, last_seen_at) VALUES ($1, 'epoch_changed', $2, $3, jsonb_build_object('snapshot', jsonb_build_object('admittedAtUnixMs', $5::bigint::text)), $4, $4)`,
-		id, f.org, f.member, now, snapAt.UnixMilli()); err != nil {
-		t.Fatal(err)
-	}
+	f.quarantineWithSnapshot(t, id, now, snapAt)
 	ans := f.reconcile(t, true, reconcile.Item{RequestID: id, MemberID: f.member, AdmittedAt: snapAt, Cost: 70})
 	if !ans.Applied || ans.Results[0].Outcome != reconcile.Reconciled {
 		t.Fatalf("the snapshot's own admission instant, %v before the record was first seen: %+v", now.Sub(snapAt), ans.Results)
