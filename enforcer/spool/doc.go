@@ -37,7 +37,8 @@
 // a quota: it needs as much room again as the backlog) does not fail Open: what it wrote
 // is removed, the settlements are replayed from the old segments where they are, each
 // acknowledged in its own segment, and each old segment is deleted once all of its
-// settlements are acknowledged.
+// settlements are acknowledged; one found torn is first cut back to its last whole
+// record, so that those acknowledgements are read at the next Open.
 //
 // Versions: a rolling upgrade or a rollback hands a spool to the other version (the
 // emptyDir of a pod whose container restarts with another image), so the record format

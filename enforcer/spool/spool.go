@@ -105,11 +105,13 @@ type Spool struct {
 	// and tried the last number it tried (reopen).
 	reopenAt time.Time
 	tried    uint64
-	cur      uint64 // the current segment's number (the closed one after a failed rotation)
-	segs     map[uint64]*segment
-	total    int64  // bytes of every segment file
-	seq      uint64 // last sequence number used
-	dirty    bool   // written since the last fsync
+	// whole is, for each segment Open found torn, the end of its last whole record (read).
+	whole map[uint64]int64
+	cur   uint64 // the current segment's number (the closed one after a failed rotation)
+	segs  map[uint64]*segment
+	total int64  // bytes of every segment file
+	seq   uint64 // last sequence number used
+	dirty bool   // written since the last fsync
 	// writeFailed and ackFailed throttle the lines of failures that repeat for every
 	// settlement and every acknowledgement while their cause lasts (a full disk: the
 	// emptyDir shares the node's disk with the containers' logs, which a line per
@@ -215,6 +217,7 @@ func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 	segOf := map[uint64]uint64{}
 	acked := map[uint64]bool{}
 	sizes := map[uint64]int64{}
+	whole := map[uint64]int64{}
 	for _, n := range segs {
 		b, err := os.ReadFile(s.path(n))
 		if err != nil {
@@ -248,12 +251,14 @@ func (s *Spool) read() ([]uint64, map[uint64]int64, []Pending, error) {
 		}
 		if off < len(b) {
 			s.tornTail(n, off, b[off:])
+			whole[n] = int64(off)
 		}
 	}
 	var found []Pending
 	for _, seq := range live(settled, acked) {
 		found = append(found, Pending{Ref: Ref{seg: segOf[seq], seq: seq}, Item: settled[seq]})
 	}
+	s.whole = whole
 	return segs, sizes, found, nil
 }
 
@@ -418,8 +423,21 @@ func (s *Spool) inPlace(old []uint64, sizes map[uint64]int64, found []Pending, n
 	s.segs = map[uint64]*segment{}
 	s.total = 0
 	for _, n := range old {
-		s.segs[n] = &segment{bytes: sizes[n]}
-		s.total += sizes[n]
+		size := sizes[n]
+		if end, torn := s.whole[n]; torn {
+			// Cut back to its last whole record: an acknowledgement appended after the
+			// torn bytes (ackClosed) would be skipped at the next start, which would
+			// replay its settlement and count this loss again. Until 2026-12-07 they
+			// were. Truncating frees room, so it works on a full disk too.
+			if err := os.Truncate(s.path(n), end); err != nil {
+				s.log.Warn("spool: could not cut a torn segment back to its last whole record; its later acknowledgements will not be read",
+					"file", s.path(n), "error", err)
+			} else {
+				size = end
+			}
+		}
+		s.segs[n] = &segment{bytes: size}
+		s.total += size
 	}
 	for _, p := range found {
 		s.segs[p.Ref.seg].live++
@@ -431,6 +449,7 @@ func (s *Spool) inPlace(old []uint64, sizes map[uint64]int64, found []Pending, n
 	for _, n := range old {
 		s.dropIfDone(n)
 	}
+	s.whole = nil
 	return found
 }
 

@@ -834,3 +834,76 @@ func TestPartlyWrittenRecordIsCutOff(t *testing.T) {
 		t.Fatalf("%v settlements counted lost for a record cut off while the process ran", got)
 	}
 }
+
+// A torn segment kept in place (the compaction had no room) is cut back to its last
+// whole record, so that the acknowledgements written to it afterwards stay readable:
+// appended after the torn bytes, they were skipped at every later start, which replayed
+// settlements already answered and counted the same loss again (SETTLEMENT LOST,
+// unreadable_in_spool) at each restart while the backlog lasted.
+func TestTornSegmentKeptInPlaceReadsItsLaterAcknowledgements(t *testing.T) {
+	dir := t.TempDir()
+	cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 250} // four settlements a segment
+	s, _, _ := open(t, cfg)
+	var refs []spool.Ref
+	for _, id := range []string{"req_a", "req_b", "req_c", "req_d", "req_e", "req_f", "req_g"} {
+		ref, ok := s.Append(item(id))
+		if !ok {
+			t.Fatalf("append %s", id)
+		}
+		refs = append(refs, ref)
+	}
+	s.Ack(refs[1]) // req_b answered
+	s.Close()
+	segs := segments(t, dir)
+	if len(segs) < 2 {
+		t.Fatalf("segments %v", segs)
+	}
+	// The machine lost the tail of the second segment (req_e, req_f, req_g): req_g's
+	// record is cut short.
+	torn := segs[1]
+	st, err := os.Stat(torn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(torn, st.Size()-5); err != nil {
+		t.Fatal(err)
+	}
+
+	noRoom := func(*os.File, []byte) (int, error) { return 0, syscall.ENOSPC }
+	restoreWrite := spool.SetCompactionWrite(noRoom)
+	s2, pending, m2 := open(t, cfg)
+	restoreWrite()
+	if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_c", "req_d", "req_e", "req_f"}) {
+		t.Fatalf("pending %v, want [req_a req_c req_d req_e req_f]", got)
+	}
+	if got := testutil.ToFloat64(m2.Settlements.WithLabelValues(spool.UnreadableOutcome)); got != 1 {
+		t.Fatalf("the torn tail counted %v times, want 1", got)
+	}
+	if len(segments(t, dir)) < 3 || segments(t, dir)[1] != torn {
+		t.Fatalf("segments %v, the torn one %s", segments(t, dir), torn)
+	}
+	// req_e is answered (acknowledged in its torn segment); req_f is not before the
+	// process stops (a control plane answering 503).
+	for _, p := range pending {
+		if p.Item.GetRequestId() == "req_e" {
+			s2.Ack(p.Ref)
+		}
+	}
+	s2.Close()
+
+	for _, compaction := range []string{"no room", "room"} {
+		if compaction == "no room" {
+			restoreWrite = spool.SetCompactionWrite(noRoom)
+		}
+		s3, pending, m3 := open(t, cfg)
+		restoreWrite()
+		if got := ids(pending); !slices.Equal(got, []string{"req_a", "req_c", "req_d", "req_f"}) {
+			t.Fatalf("%s: pending %v, want [req_a req_c req_d req_f] (req_e was answered)", compaction, got)
+		}
+		if got := testutil.ToFloat64(m3.Settlements.WithLabelValues(spool.UnreadableOutcome)); got != 0 {
+			t.Fatalf("%s: the loss counted again at the next start (%v)", compaction, got)
+		}
+		s3.Close()
+		restoreWrite = func() {}
+	}
+}
