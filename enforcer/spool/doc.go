@@ -6,7 +6,8 @@
 //
 // Durability: every record is written with one write(2) before the settlement is
 // queued, so a process crash (SIGKILL, OOM kill, panic) loses nothing that was written.
-// The file is fsync'd every SyncEvery and when a segment is closed: a kernel crash or
+// The file is fsync'd every SyncEvery and when a segment is closed, and the directory
+// with it when a segment was begun since (a new file's name is durable only then): a kernel crash or
 // power loss can lose up to SyncEvery of settlements; what Open then finds torn or
 // unreadable is logged at ERROR (SETTLEMENT LOST) and counted as lost
 // (UnreadableOutcome, at least one settlement per torn segment). Acknowledgements are never

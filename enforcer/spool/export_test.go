@@ -37,3 +37,11 @@ func SetCompactionWrite(f func(*os.File, []byte) (int, error)) (restore func()) 
 	compactionWrite = f
 	return func() { compactionWrite = old }
 }
+
+// SetDirSync replaces how Sync and Close fsync the spool's directory, for the test's
+// lifetime.
+func SetDirSync(f func(string) error) (restore func()) {
+	old := dirSync
+	dirSync = f
+	return func() { dirSync = old }
+}

@@ -112,6 +112,8 @@ type Spool struct {
 	total int64  // bytes of every segment file
 	seq   uint64 // last sequence number used
 	dirty bool   // written since the last fsync
+	// dirDirty: a segment was created since the directory was last fsync'd (openSegment).
+	dirDirty bool
 	// writeFailed and ackFailed throttle the lines of failures that repeat for every
 	// settlement and every acknowledgement while their cause lasts (a full disk: the
 	// emptyDir shares the node's disk with the containers' logs, which a line per
@@ -471,6 +473,10 @@ func (s *Spool) openSegment(n uint64) error {
 	}
 	s.f, s.cur = f, n
 	s.segs[n] = &segment{}
+	// Its name is made durable with the next Sync's (fsync(2): syncing the file does not
+	// sync the entry in its directory); until 2026-12-07 it never was, so a machine crash
+	// could lose a whole segment whose records had been synced, not only the last second.
+	s.dirDirty = true
 	return nil
 }
 
@@ -698,12 +704,33 @@ func (s *Spool) Sync() error {
 		return nil
 	}
 	s.dirty = false
+	dir := s.dirDirty
+	s.dirDirty = false
 	s.mu.Unlock()
 	if err := fsync(f); err != nil && !errors.Is(err, os.ErrClosed) {
+		s.keepDirDirty(dir)
 		return err
+	}
+	if dir {
+		if err := dirSync(s.cfg.Dir); err != nil {
+			s.keepDirDirty(true)
+			return err
+		}
 	}
 	return nil
 }
+
+// keepDirDirty leaves the directory's fsync for the next Sync when this one failed.
+func (s *Spool) keepDirDirty(dir bool) {
+	if dir {
+		s.mu.Lock()
+		s.dirDirty = true
+		s.mu.Unlock()
+	}
+}
+
+// dirSync is how Sync and Close fsync the spool's directory (a test replaces it).
+var dirSync = syncDir
 
 // Run fsyncs every SyncEvery until ctx ends.
 func (s *Spool) Run(ctx context.Context) error {
@@ -724,6 +751,10 @@ func (s *Spool) Close() error {
 	if s.f != nil {
 		err = errors.Join(s.f.Sync(), s.f.Close())
 		s.f = nil
+	}
+	if s.dirDirty {
+		s.dirDirty = false
+		err = errors.Join(err, dirSync(s.cfg.Dir))
 	}
 	return errors.Join(err, s.lock.Close())
 }

@@ -907,3 +907,44 @@ func TestTornSegmentKeptInPlaceReadsItsLaterAcknowledgements(t *testing.T) {
 		restoreWrite = func() {}
 	}
 }
+
+// A segment begun by a rotation has its name made durable by the next second's fsync,
+// as its records are: fsync(2) of a file does not sync its entry in the directory, and a
+// machine crash could lose the whole segment, records synced or not, where the package
+// promises at most the last second. Until 2026-12-07 the directory was synced only by
+// Open's compaction.
+func TestNewSegmentsNameIsSyncedWithItsRecords(t *testing.T) {
+	dir := t.TempDir()
+	var dirSyncs []string
+	defer spool.SetDirSync(func(d string) error {
+		dirSyncs = append(dirSyncs, d)
+		return nil
+	})()
+	s, _, _ := open(t, spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 250})
+	defer s.Close()
+	before := len(segments(t, dir))
+	for i := 0; len(segments(t, dir)) == before; i++ {
+		if _, ok := s.Append(item(fmt.Sprintf("req_%d", i))); !ok {
+			t.Fatal("not spooled")
+		}
+	}
+	if _, ok := s.Append(item("req_in_the_new_segment")); !ok {
+		t.Fatal("not spooled")
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dirSyncs, []string{dir}) {
+		t.Fatalf("directory syncs after a rotation and a Sync: %v, want [%s]", dirSyncs, dir)
+	}
+	// Nothing new in the directory: the next Sync does not sync it again.
+	if _, ok := s.Append(item("req_next")); !ok {
+		t.Fatal("not spooled")
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(dirSyncs) != 1 {
+		t.Fatalf("directory synced again with nothing new in it: %v", dirSyncs)
+	}
+}
