@@ -276,13 +276,15 @@ const UnreadableOutcome = "unreadable_in_spool"
 // of the segment is skipped, and whatever settlements it held are lost; they cannot be
 // told apart, so it counts one (UnreadableOutcome), at least one lost. The one exception
 // is an acknowledgement cut short at the very end of the segment, recognised by its
-// length and kind (an acknowledgement's record is headerLen bytes, and none follows it):
+// length, and its kind when that was written (an acknowledgement's record is headerLen
+// bytes, and none follows it; a settlement's is longer, its payload never empty: until
+// 2026-12-07 one cut before its kind byte was counted as a settlement lost):
 // losing it costs a duplicate at most (the package comment), logged as a warning and not
 // counted. Until 2026-12-07 any torn tail was a warning, with no metric: a machine crash
 // lost settlements with nothing to alert on, and bytes after the last whole record
 // shorter than a header were skipped without a word.
 func (s *Spool) tornTail(n uint64, off int, rest []byte) {
-	if len(rest) >= 9 && len(rest) < headerLen && binary.LittleEndian.Uint32(rest) == 9 && rest[8] == kindAck {
+	if len(rest) >= 4 && len(rest) < headerLen && binary.LittleEndian.Uint32(rest) == 9 && (len(rest) <= 8 || rest[8] == kindAck) {
 		s.log.Warn("spool: an acknowledgement cut short ends a segment; its settlement may be sent again (answered duplicate)",
 			"file", s.path(n), "segment", n, "offset", off, "bytes_skipped", len(rest))
 		return

@@ -717,6 +717,9 @@ func TestUnreadableSpoolIsCountedAndLoggedAsLost(t *testing.T) {
 		{"acknowledgement cut short", func(_ *testing.T, seg []byte, _ int) []byte {
 			return seg[:len(seg)-5] // req_b's acknowledgement: req_b is sent again, nothing lost
 		}, []string{"req_a", "req_b", "req_c"}, 0, 0, 0},
+		{"acknowledgement cut before its kind", func(_ *testing.T, seg []byte, _ int) []byte {
+			return seg[:len(seg)-17+6] // its length and part of its checksum: an acknowledgement's length (9)
+		}, []string{"req_a", "req_b", "req_c"}, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
