@@ -460,8 +460,19 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 	// stuck is the latest reset among the refusing windows no extension can lift: asking
 	// for another window's helps only when that one resets later (askAfter).
 	var stuck time.Time
+	// zero names the refusing windows whose limit is 0 USD: their reset admits nothing
+	// (used >= 0 in every window), so no extension of another window lifts the block
+	// and the message says who can.
+	var zero []string
 	for i := range d.Buckets {
-		if b := &d.Buckets[i]; b.Exhausted && b.HardLimit && !b.ExtensionWouldLift() && b.Window.End.After(stuck) {
+		b := &d.Buckets[i]
+		if !b.Exhausted || !b.HardLimit {
+			continue
+		}
+		if b.Allowance <= 0 {
+			zero = append(zero, string(b.Window.Timeframe))
+		}
+		if !b.ExtensionWouldLift() && b.Window.End.After(stuck) {
 			stuck = b.Window.End
 		}
 	}
@@ -480,7 +491,7 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 			HardLimit:         b.HardLimit,
 			AllowRequestReset: b.AllowRequestReset,
 		})
-		if b.ExtensionWouldLift() && ask == "" && b.Window.End.After(stuck) {
+		if b.ExtensionWouldLift() && ask == "" && zero == nil && b.Window.End.After(stuck) {
 			ask = askForMore(askURL, det.ExhaustedBuckets[len(det.ExhaustedBuckets)-1].BucketID, string(b.Window.Timeframe))
 		}
 	}
@@ -490,6 +501,9 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 	if ask != "" {
 		message += " " + ask + "."
 	}
+	if zero != nil {
+		message += zeroLimits(zero)
+	}
 	return mustJSON(errorBody{Error: errorObject{
 		Type:     "usage_limit_reached",
 		Code:     CodeUsageLimitExceeded,
@@ -497,6 +511,17 @@ func blockedBody(d *decision.Decision, orgID, memberID string, now time.Time, as
 		Details:  det,
 		ResetsAt: d.RetryAt.Unix(),
 	}}), ask
+}
+
+// zeroLimits is the blocked message's sentence, with its leading space, for the refusing
+// windows (timeframes) whose limit is 0 USD: no reset lifts them, and an owner or admin
+// can (a higher limit, or an assignment whose allowance wins).
+func zeroLimits(timeframes []string) string {
+	if len(timeframes) == 1 {
+		return " The " + timeframes[0] + " limit is 0 USD: no reset lifts it; ask an owner or admin of the organization for a limit above 0."
+	}
+	return " The " + strings.Join(timeframes[:len(timeframes)-1], ", ") + " and " + timeframes[len(timeframes)-1] +
+		" limits are 0 USD: no reset lifts them; ask an owner or admin of the organization for limits above 0."
 }
 
 // askForMore is the sentence (without its full stop) telling a blocked member how to ask

@@ -185,6 +185,9 @@ func (c *BlockedMembers) refusal(memberID string, now time.Time, gen string) (An
 func (c *BlockedMembers) askOf(key blockedKey, memberID string) string {
 	var stuck int64 // as blockedBody's: the latest reset no extension can lift
 	for _, b := range key.buckets {
+		if b.listed && b.allowance <= 0 {
+			return "" // a 0 USD limit: nothing lifts it (blockedBody, zeroLimits)
+		}
 		if b.listed && !b.mayAsk && b.end > stuck {
 			stuck = b.end
 		}

@@ -407,3 +407,57 @@ func TestBlockedMessageOffersNoAskThatCannotLiftTheBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockedMessageSaysAZeroLimitNeverLifts: a hard limit of 0 USD (an organization-wide
+// policy of 0 that only a team's assignment lifts, the usual way to keep a member off the
+// gateway) is refused at every request, and its reset admits nothing. The 429 still says
+// when the quota resets (the words clients read a spent quota by), and says too that this
+// reset lifts nothing and who can change it; it offers no extension of another window,
+// which cannot lift the block either. Before, the member was told only to retry at the
+// reset (and, with a spent week beside it, to ask for the week), and was refused again.
+func TestBlockedMessageSaysAZeroLimitNeverLifts(t *testing.T) {
+	now := time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name     string
+		weekBase int64 // 0: no week limit
+		zero     string
+	}{
+		{"a day of 0 alone", 0, "day"},
+		{"a day of 0 beside a spent week that lets the member ask", 100000, "day"},
+	} {
+		var spend []*internalv1.WindowSpend
+		for _, w := range window.Current(now) {
+			spend = append(spend, &internalv1.WindowSpend{Timeframe: string(w.Timeframe), WindowStartUnixMs: w.Start.UnixMilli(), UsedMicroUsd: 110000})
+		}
+		lims := []*internalv1.Limit{{Timeframe: "day", PolicyId: "ulp_o", BaseMicroUsd: 0, HardLimit: true, AllowRequestReset: true}}
+		if c.weekBase > 0 {
+			lims = append(lims, &internalv1.Limit{Timeframe: "week", PolicyId: "ulp_t", BaseMicroUsd: c.weekBase, HardLimit: true, AllowRequestReset: true})
+		}
+		rec := &mirror.Record{Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: "om_a", MemberActive: true, CaptureEnabled: true,
+			Limits: lims}, Spend: spend}
+		d := decision.Decide(rec, now, false)
+		if d.Result != decision.Blocked {
+			t.Fatalf("%s: not blocked: %v", c.name, d.Result)
+		}
+		b, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
+		var body struct{ Error struct{ Message string } }
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatal(err)
+		}
+		msg := body.Error.Message
+		if ask != "" || strings.Contains(msg, "You may ask for more") {
+			t.Errorf("%s: offers an extension that cannot lift a 0 USD limit: %q", c.name, msg)
+		}
+		for _, want := range []string{"usage quota will reset at", "Please retry in ",
+			"The " + c.zero + " limit is 0 USD: no reset lifts it; ask an owner or admin of the organization for a limit above 0."} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: message %q lacks %q", c.name, msg, want)
+			}
+		}
+		cache := newBlockedMembers(10, 0, metrics.Discard())
+		cache.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{})
+		if _, kept := cache.body(&d, limitsOf(&d), "org_x", "om_a", now, keep{}); kept != "" {
+			t.Errorf("%s: the kept body offers %q", c.name, kept)
+		}
+	}
+}
