@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/pkg/money"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // Statuses of a request.
@@ -51,6 +52,23 @@ var refusalMessages = map[limits.Refusal]string{
 
 func refused(r limits.Refusal) error { return fault.Conflictf(string(r), "%s", refusalMessages[r]) }
 
+// bucketNotFound is the 404 of a submit whose bucket is none of the caller's current
+// ones. When it is the caller's bucket of the window just before a current one (a 429
+// met before 05:00 UTC, asked about after it), it says that window ended and its limit
+// reset at that instant: nothing is left to extend, and the member is admitted on the new
+// window. The ids are the caller's own (window.BucketID of their member id), so it tells
+// nothing of anyone else's.
+func bucketNotFound(in Submission, current [3]window.Window) error {
+	for _, w := range current {
+		prev := window.Of(w.Timeframe, w.Start.Add(-time.Nanosecond))
+		if window.BucketID(in.OrganizationID, in.MemberID, w.Timeframe, prev.Start) == in.BucketID {
+			return fault.NotFoundf("bucket_not_found", "This %s window ended at %s: its limit was reset then, so there is nothing to extend. "+
+				"Read GET /v1/gateway/usage-limits/me for your current buckets.", w.Timeframe, prev.End.UTC().Format(time.RFC3339))
+		}
+	}
+	return fault.NotFoundf("bucket_not_found", "This is not one of your current buckets; read GET /v1/gateway/usage-limits/me for their ids.")
+}
+
 // Submission is a member's request for an extension of one of their current buckets.
 type Submission struct {
 	OrganizationID, MemberID, BucketID, Reason string
@@ -76,7 +94,7 @@ func Submit(ctx context.Context, tx pgx.Tx, a Auditor, in Submission, now time.T
 		}
 	}
 	if i < 0 {
-		return store.UsageRequest{}, fault.NotFoundf("bucket_not_found", "This is not one of your current buckets; read GET /v1/gateway/usage-limits/me for their ids.")
+		return store.UsageRequest{}, bucketNotFound(in, mu.Windows)
 	}
 	b := mu.Bucket(i)
 	if b.Winner != nil && b.PendingRequest {

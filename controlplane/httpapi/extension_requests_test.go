@@ -664,3 +664,35 @@ func TestUsageMemberRemovalFence(t *testing.T) {
 		t.Fatalf("notifications %v", calls)
 	}
 }
+
+// TestUsageSubmitForAnEndedWindowSaysItReset: a member blocked before 05:00 UTC who asks
+// for more after it, with the bucketId of the 429 they were given, is told that window
+// ended and its limit reset at that instant (nothing to extend: they are admitted
+// again), not only that the id is none of their current buckets, which reads as a
+// wrong id. The answer stays 404 bucket_not_found and writes nothing.
+func TestUsageSubmitForAnEndedWindowSaysItReset(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Acme")
+	bob := e.AddMember(t, o, "bob", "member")
+	p := dayPolicy(t, e, o, "Daily", "0.00001", nil)
+	assign(t, e, o, p.ID, map[string]any{"memberId": bob.MemberID})
+	e.Clock.Set(time.Date(2026, 9, 15, 4, 59, 0, 0, time.UTC))
+	setUsed(t, e, bob, window.Day, 10)
+	asked := bucketID(e, bob, window.Day)
+	e.Clock.Set(time.Date(2026, 9, 15, 5, 0, 30, 0, time.UTC))
+	m := submit(t, e, bob, asked, "please").ExpectError(t, http.StatusNotFound, "bucket_not_found")
+	if msg, _ := m["message"].(string); !strings.Contains(msg, "This day window ended at 2026-09-15T05:00:00Z") ||
+		!strings.Contains(msg, "its limit was reset then") {
+		t.Fatalf("message %q does not say the window ended and reset", msg)
+	}
+	// Another member's ended window is still only none of the caller's.
+	carol := e.AddMember(t, o, "carol", "member")
+	theirs := window.BucketID(o.OrgID, carol.MemberID, window.Day, window.Of(window.Day, time.Date(2026, 9, 15, 4, 0, 0, 0, time.UTC)).Start)
+	if msg, _ := submit(t, e, bob, theirs, "please").ExpectError(t, http.StatusNotFound, "bucket_not_found")["message"].(string); strings.Contains(msg, "ended") {
+		t.Fatalf("another member's bucket: %q", msg)
+	}
+	if n := usageCount(t, e, `SELECT count(*) FROM usage_reset_requests`); n != 0 {
+		t.Fatalf("%d requests written", n)
+	}
+}
