@@ -34,19 +34,23 @@ func TestConcurrentSettlementsChargeEachReceiptOnce(t *testing.T) {
 		settlements = 2_000
 	}
 	e := at.New(t, at.Options{Log: os.Stderr})
+	// The prices took effect a day before the test clock's now: an organization's price
+	// is the version in effect when the request is priced (migration 0036), and the
+	// settlements here are priced at the test clock's now.
+	pricedSince := e.Clock.Now().Add(-24 * time.Hour)
 	var members [][2]string
 	for range 4 {
 		org, ms := e.Org(t, 50)
 		if _, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_model_prices (organization_id, model, match_key, input_micro_usd_per_million,
 				output_micro_usd_per_million, cached_input_micro_usd_per_million, created_at, updated_at)
-			VALUES ($1, 'priced', 'priced', 3000000, 15000000, 300000, now(), now())`, org); err != nil {
+			VALUES ($1, 'priced', 'priced', 3000000, 15000000, 300000, $2, $2)`, org, pricedSince); err != nil {
 			t.Fatal(err)
 		}
 		// A zero fallback price: the model nobody priced is charged 0 at first (a
 		// fallback-priced, unpriced receipt), so a later upstream cost can promote it.
 		if _, err := e.Store.Pool.Exec(ctx, `INSERT INTO usage_fallback_prices (organization_id, input_micro_usd_per_million,
 				output_micro_usd_per_million, cached_input_micro_usd_per_million, created_at, updated_at)
-			VALUES ($1, 0, 0, 0, now(), now())`, org); err != nil {
+			VALUES ($1, 0, 0, 0, $2, $2)`, org, pricedSince); err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
