@@ -70,29 +70,51 @@ func (tp *topology) masterOf(t testing.TB, key string) *testredis.Server {
 
 // dropKeys deletes every key of the stack's prefix, on every master of a cluster (a
 // SCAN through a cluster client sees one node only), and returns how many it deleted.
+// The keys are all found first and then deleted at once: one DEL on a single Redis (a
+// FLUSHDB is one instant too), a pipeline per master of a cluster (a node refuses one
+// DEL across slots). Deleting each key as the SCAN found it, through the shared Redis
+// of a busy machine, took seconds, and a control plane that saw the generation gone
+// meanwhile rebuilt and wrote its note, which the SCAN then found and deleted: the
+// enforcer read no note and sent its settlements again (CI, 2026-12-07).
 func (s *stack) dropKeys(t testing.TB) int {
 	t.Helper()
 	ctx := context.Background()
 	var mu sync.Mutex
 	n := 0
-	drop := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, s.layout.Prefix+"*", 100).Iterator()
+	drop := func(ctx context.Context, c *redis.Client, oneCommand bool) error {
+		var keys []string
+		iter := c.Scan(ctx, 0, s.layout.Prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil || len(keys) == 0 {
+			return err
+		}
+		if oneCommand {
+			if err := c.Del(ctx, keys...).Err(); err != nil {
 				return err
 			}
-			mu.Lock()
-			n++
-			mu.Unlock()
+		} else {
+			if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Del(ctx, k)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
-		return iter.Err()
+		mu.Lock()
+		n += len(keys)
+		mu.Unlock()
+		return nil
 	}
 	var err error
 	switch c := s.rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, drop)
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return drop(ctx, c, false) })
 	case *redis.Client:
-		err = drop(ctx, c)
+		err = drop(ctx, c, true)
 	default:
 		t.Fatalf("unexpected client %T", s.rdb)
 	}
