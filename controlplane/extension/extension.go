@@ -45,7 +45,7 @@ func ErrNotFound() error {
 var refusalMessages = map[limits.Refusal]string{
 	limits.NoUsageLimit:          "No usage limit applies to this bucket, so there is nothing to extend.",
 	limits.ResetRequestsDisabled: "The policy limiting this bucket does not allow extension requests.",
-	limits.ZeroBaseAllowance:     "The bucket's base allowance is zero; it cannot be extended.",
+	limits.ZeroBaseAllowance:     "The bucket's limit is 0 USD: an extension is a quarter of the limit, so there is nothing to extend; ask an owner or admin of the organization for a limit above 0.",
 	limits.ExtensionAlreadyUsed:  "The bucket's one extension was already granted.",
 	limits.UsageLimitNotReached:  "The bucket still has allowance left; ask when spend reaches the allowance.",
 }

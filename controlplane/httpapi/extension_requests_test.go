@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -110,6 +111,10 @@ func TestUsageSubmitRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			submit(t, e, bob, c.bucket, "please").ExpectError(t, c.status, c.code)
 		})
+	}
+	// A limit of 0 is a decision, not a spent allowance: the answer says who can change it.
+	if m := submit(t, e, bob, bucketID(e, bob, window.Month), "please").ExpectError(t, http.StatusConflict, "zero_base_allowance"); !strings.Contains(fmt.Sprint(m["message"]), "ask an owner or admin") {
+		t.Errorf("zero_base_allowance says %q, not whom to ask", m["message"])
 	}
 	// Carol has no policy: her bucket is unlimited, nothing to extend.
 	submit(t, e, carol, bucketID(e, carol, window.Day), "please").ExpectError(t, http.StatusConflict, "no_usage_limit")
