@@ -25,7 +25,9 @@ type route struct {
 	orgPath string
 	// roles: the member roles allowed; empty means every member.
 	roles []string
-	// noStore sends "cache-control: private, no-store" with every answer.
+	// noStore sends "cache-control: private, no-store" with every answer. Every route
+	// but a public one does so anyway (wrap): its answers are the caller's. A public
+	// route sets it when its answer carries a secret (sign-up's and sign-in's session).
 	noStore bool
 	// unavailable is the error code of the 503 answered on unexpected storage failures.
 	unavailable string
@@ -56,8 +58,8 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/docs", access: public, handle: s.docs},
 
 		// Accounts (accounts.go)
-		{method: "POST", pattern: "/v1/auth/sign-up", access: public, handle: s.signUp},
-		{method: "POST", pattern: "/v1/auth/sign-in", access: public, handle: s.signIn},
+		{method: "POST", pattern: "/v1/auth/sign-up", access: public, noStore: true, handle: s.signUp},
+		{method: "POST", pattern: "/v1/auth/sign-in", access: public, noStore: true, handle: s.signIn},
 		{method: "POST", pattern: "/v1/auth/sign-out", access: sessionOnly, handle: s.signOut},
 		{method: "GET", pattern: "/v1/me", access: authenticated, handle: s.me},
 		{method: "PUT", pattern: "/v1/me/active-organization", access: sessionOnly, handle: s.setActiveOrganization},

@@ -50,7 +50,12 @@ func (s *Server) wrap(rt route) http.Handler {
 				}
 			}
 		}()
-		if rt.noStore {
+		// Answers that are the caller's (every authenticated route's, its refusals
+		// included) or carry a secret (a session token, an API key, an invitation
+		// token) are for nobody else: no cache on the way may keep them. Shared caches
+		// skip answers to requests with Authorization on their own, but not those to
+		// x-api-key, and a browser's disk cache skips neither.
+		if rt.noStore || rt.access != public {
 			w.Header().Set("Cache-Control", "private, no-store")
 		}
 		if err := s.admit(c, &rt); err != nil {
