@@ -1524,7 +1524,10 @@ func anyParam(rawQuery string, f func(requestbody.QueryParam) bool) bool {
 // every Google API reads as a system parameter, X-HTTP-Method, X-Method-Override): the
 // request is judged by its own method (requestbody.Unbilled and Deferred: a PUT is not
 // charged and never deferred), and must run as that method, not as a POST a header
-// names.
+// names. So are the client's forwarding headers (X-Forwarded-*, Forwarded, X-Real-IP):
+// the gateway is the upstream's client, and an upstream that trusts it as a proxy would
+// take the address, host and scheme the member wrote there as the gateway's word
+// (net/http/httputil's ReverseProxy drops them too, before its Rewrite).
 func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket bool) {
 	copyHeaders(out, in)
 	out.Del("Authorization")
@@ -1536,8 +1539,11 @@ func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket boo
 	out.Del("X-Http-Method-Override")
 	out.Del("X-Http-Method")
 	out.Del("X-Method-Override")
+	out.Del("Forwarded") // X-Forwarded-* below
+	out.Del("X-Real-Ip")
 	for k := range out {
-		if strings.HasPrefix(k, "X-Service-") || webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
+		if strings.HasPrefix(k, "X-Service-") || strings.HasPrefix(k, "X-Forwarded-") ||
+			webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
 			delete(out, k)
 		}
 	}
