@@ -68,7 +68,7 @@ type Config struct {
 	// serves.
 	controlPlaneTLS *cpclient.TLS
 	// InternalToken is the shared secret presented to the control plane and accepted
-	// on /settle from non-loopback callers (TOLLGATE_INTERNAL_TOKEN).
+	// on /settle from callers other than 127.0.0.1 and ::1 (TOLLGATE_INTERNAL_TOKEN).
 	InternalToken string
 	// FailureMode is closed (503 on infrastructure failure) or open (admit)
 	// (TOLLGATE_FAILURE_MODE).
@@ -271,7 +271,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.ControlPlaneTLS.Cert, "controlplane-tls-cert", getenv("TOLLGATE_CONTROLPLANE_TLS_CERT"), "PEM client certificate presented to the control plane (mTLS); with --controlplane-tls-key, the files read again every 10s (TOLLGATE_CONTROLPLANE_TLS_CERT)")
 	fs.StringVar(&c.ControlPlaneTLS.Key, "controlplane-tls-key", getenv("TOLLGATE_CONTROLPLANE_TLS_KEY"), "PEM private key of --controlplane-tls-cert (TOLLGATE_CONTROLPLANE_TLS_KEY)")
 	fs.StringVar(&c.ControlPlaneTLS.ServerName, "controlplane-tls-server-name", getenv("TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME"), "name the control plane's certificate must carry, when not the host of --controlplane-addr; turns TLS on (TOLLGATE_CONTROLPLANE_TLS_SERVER_NAME)")
-	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret for the control plane's internal API and for non-loopback /settle callers (TOLLGATE_INTERNAL_TOKEN)")
+	fs.StringVar(&c.InternalToken, "internal-token", getenv("TOLLGATE_INTERNAL_TOKEN"), "shared secret for the control plane's internal API and for /settle callers other than 127.0.0.1 and ::1 (TOLLGATE_INTERNAL_TOKEN)")
 	envflag.HideDefaults(fs, "internal-token")
 	fs.StringVar(&c.FailureMode, "failure-mode", env("TOLLGATE_FAILURE_MODE", "closed"), "on Redis or control-plane failure: closed answers 503, open admits (TOLLGATE_FAILURE_MODE)")
 	fs.StringVar(&c.DeferredBilling, "deferred-billing", env("TOLLGATE_DEFERRED_BILLING", "refuse"), "requests whose cost is billed later, out of the enforcer's sight (batches, background responses, Assistants runs, fine-tuning jobs, videos, Realtime sessions, eval runs, agent sessions, context caches, file indexing, containers: docs/enforcer.md): refuse answers 403, allow lets them through at about no charge (TOLLGATE_DEFERRED_BILLING)")

@@ -28,7 +28,7 @@ import (
 
 // Config of the HTTP front door.
 type Config struct {
-	// InternalToken lets non-loopback callers use /settle ("" = loopback only).
+	// InternalToken lets callers other than 127.0.0.1 and ::1 use /settle ("" = those only).
 	InternalToken string
 	// SettleWait is how long /settle waits for the control plane's receipt before
 	// answering 202.
@@ -638,7 +638,11 @@ func (h *Handler) refusedSettle(r *http.Request, probs []problem) {
 		"remote", r.RemoteAddr, "problems", redact.Excerpt(strings.Join(why, "; "), 512))
 }
 
-// maySettle admits loopback callers and holders of the internal token.
+// maySettle admits local callers and holders of the internal token. A local caller
+// connects from 127.0.0.1 or ::1, the source a process on the host gets when it calls
+// a loopback address; not from the rest of 127.0.0.0/8, where a service mesh's sidecar
+// forwards inbound traffic from other pods (Istio's inbound passthrough connects from
+// 127.0.0.6), which the whole range admitted without the token.
 func (h *Handler) maySettle(r *http.Request) bool {
 	if tok, ok := credential.BearerFromHeader(r.Header.Get("Authorization")); ok && h.cfg.InternalToken != "" {
 		return subtle.ConstantTimeCompare([]byte(tok), []byte(h.cfg.InternalToken)) == 1
@@ -648,7 +652,7 @@ func (h *Handler) maySettle(r *http.Request) bool {
 		return false
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return ip != nil && (ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback))
 }
 
 // decodeStrict reads one JSON object: size-capped, unknown fields and trailing data

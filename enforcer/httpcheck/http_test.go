@@ -88,6 +88,13 @@ func TestHTTPSettle(t *testing.T) {
 				t.Fatalf("%q: %d %v", auth, code, out)
 			}
 		}
+		// Istio's sidecar forwards inbound traffic from other pods to the enforcer from
+		// 127.0.0.6: loopback, but not a local caller.
+		for _, remote := range []string{"127.0.0.6:4444", "127.1.2.3:4444", "[::ffff:127.0.0.6]:4444"} {
+			if code, out := postSettle(t, h, remote, "", body); code != 401 || out["error"] != "unauthorized" {
+				t.Fatalf("%s: %d %v", remote, code, out)
+			}
+		}
 		if e.CP.SettleItems.Load() != 0 {
 			t.Fatal("refused caller settled")
 		}
