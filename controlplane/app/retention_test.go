@@ -85,3 +85,36 @@ func TestRetentionCommandPrintsTheSummaryOfAnInterruptedRun(t *testing.T) {
 		t.Fatalf("no summary of the interrupted run:\n%s", s)
 	}
 }
+
+// A preview that stops with an error says so and does not send the operator on to
+// --apply (the TollgateRetentionFailing runbook has them preview to see the error):
+// until 2026-12-07 it printed "run it again to finish" and "Preview only: run again with
+// --apply to remove them." after the error's partial table.
+func TestRetentionPreviewThatFailsDoesNotAskForApply(t *testing.T) {
+	dbURL := storetest.URLFor(storetest.NewDatabase(t))
+	ctx := context.Background()
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
+	if err := app.Run(ctx, []string{"migrate"}, env, app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `ALTER TABLE usage_receipts RENAME TO usage_receipts_away`); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = app.Run(ctx, []string{"retention"}, env, app.IO{Stdout: &out, Stderr: &bytes.Buffer{}})
+	if err == nil || !strings.Contains(err.Error(), "retention of receipts") {
+		t.Fatalf("a preview without its receipts table: %v, want its error", err)
+	}
+	s := out.String()
+	if strings.Contains(s, "run again with --apply") || strings.Contains(s, "run it again to finish") {
+		t.Fatalf("a failed preview asks for more than a fix and another preview:\n%s", s)
+	}
+	if !strings.Contains(s, "Preview interrupted") || !strings.Contains(s, "nothing was written") {
+		t.Fatalf("a failed preview does not say it stopped and wrote nothing:\n%s", s)
+	}
+}

@@ -512,10 +512,14 @@ func (r Report) Write(w io.Writer) {
 	if n := r.Quarantine.Kept[KeptAwaitingReview]; n > 0 {
 		fmt.Fprintf(w, "%d quarantine record(s) kept: they await reviewed reconciliation (tollgate reconcile)\n", n)
 	}
-	if r.Interrupted {
-		fmt.Fprintln(w, "Interrupted: the counts above are what this run did before it stopped (an applied run is audited as interrupted); run it again to finish.")
-	}
-	if !r.Applied {
+	switch {
+	case r.Interrupted && r.Applied:
+		fmt.Fprintln(w, "Interrupted: the counts above are what this run removed before it stopped (audited as interrupted); run it again to finish.")
+	case r.Interrupted:
+		// A preview that failed found out nothing about what it did not reach: asking
+		// for --apply here would send the operator to run what just failed, unseen.
+		fmt.Fprintln(w, "Preview interrupted: the counts above are what it examined before it stopped, nothing was written; fix the error and preview again before --apply.")
+	case !r.Applied:
 		fmt.Fprintf(w, "Preview only: run again with --apply to %s them.\n", verb[len("would "):])
 	}
 }
