@@ -300,11 +300,18 @@ func bootstrapAdmin(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	forgetCredentials(ctx, cfg, p.Revoked, p.RevokedKeys, stdio.Stderr)
-	verb := "reset the password of"
 	if p.Created {
-		verb = "created"
+		fmt.Fprintf(stdio.Stdout, "created platform administrator %s\n", email)
+		return nil
 	}
-	fmt.Fprintf(stdio.Stdout, "%s platform administrator %s\n", verb, email)
+	// A reset shuts out whoever held the account: say what it ended, since an operator
+	// resetting their own forgotten password loses their scripts' keys too.
+	keys := "none"
+	if len(p.RevokedKeys) > 0 {
+		keys = strings.Join(p.RevokedKeys, ", ")
+	}
+	fmt.Fprintf(stdio.Stdout, "reset the password of platform administrator %s: ended %d session(s) and revoked %d API key(s) of the account, in every organization (%s)\n",
+		email, len(p.Revoked), len(p.RevokedKeys), keys)
 	return nil
 }
 

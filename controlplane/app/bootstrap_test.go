@@ -65,6 +65,11 @@ func TestBootstrapAdminTellsEnforcersToForgetTheSquatter(t *testing.T) {
 	if err != nil || !strings.Contains(out.String(), "reset") {
 		t.Fatalf("bootstrap-admin: %v %q", err, out.String())
 	}
+	// It says what the reset ended (until 2026-12-07 only "reset the password of ..."):
+	// an operator resetting a forgotten password loses the account's keys too.
+	if s := out.String(); !strings.Contains(s, "ended 1 session(s)") || !strings.Contains(s, "revoked 1 API key(s)") || !strings.Contains(s, key.ID) {
+		t.Fatalf("bootstrap-admin's reset does not say what it ended and revoked: %q", s)
+	}
 
 	if _, err := store.APIKeyByHash(ctx, st.Pool, keyHash, time.Now()); err == nil {
 		t.Fatal("the squatter's API key still resolves after bootstrap-admin")
