@@ -496,6 +496,11 @@ func TestUnknownVariablesAreWarnedOf(t *testing.T) {
 		"TOLLGATE_SESION_TTL":   "s3cret-1h",
 		"TOLLGATE_RETENTON_AGE": "800h",
 		"HOME":                  "/root",
+		// The operator CLI's, which the restore runbook sets in the same shell for the
+		// tollgate command after controlplane migrate: no typo (until 2026-12-07 warned of).
+		"TOLLGATE_API_URL": "http://127.0.0.1:8080",
+		"TOLLGATE_API_KEY": "tgk_x",
+		"TOLLGATE_ORG_ID":  "org_x",
 	}
 	var environ []string
 	for k, v := range vars {

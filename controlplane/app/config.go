@@ -296,7 +296,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		return c, ConfigError{errors.New("invalid configuration:\n  " + strings.Join(problems, "\n  "))}
 	}
 	if stdio.Environ != nil {
-		warnUnknownEnv(logging.New(c.LogFormat, c.LogLevel, stdio.Stderr), envflag.Unknown(stdio.Environ(), "TOLLGATE_", KnownEnv(), read.Names()))
+		warnUnknownEnv(logging.New(c.LogFormat, c.LogLevel, stdio.Stderr), envflag.Unknown(stdio.Environ(), "TOLLGATE_", KnownEnv(), OperatorCLIEnv, read.Names()))
 	}
 	return c, nil
 }
@@ -312,6 +312,13 @@ func KnownEnv() []string {
 	}
 	return read.Names()
 }
+
+// OperatorCLIEnv are the variables of the tollgate operator CLI's commands that call a
+// running control plane (--api, --key, --org). The runbooks run them in the shell that
+// runs controlplane migrate, resync and retention (docs/admin.md, "Restoring Postgres":
+// controlplane migrate, then tollgate reconcile list), so they are no typo there. The
+// CLI's tests hold this list to the names it reads.
+var OperatorCLIEnv = []string{"TOLLGATE_API_URL", "TOLLGATE_API_KEY", "TOLLGATE_ORG_ID"}
 
 // warnUnknownEnv names, at start, each TOLLGATE_* variable the control plane does not
 // read: a typo (TOLLGATE_SESION_TTL) would otherwise leave its setting at the default
