@@ -271,7 +271,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return c, ConfigError{err}
+		return c, ConfigError{envflag.Explain(fs, err)}
 	}
 	problems := e.Problems
 	if fs.NArg() > 0 {

@@ -308,7 +308,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	var gw gatewayFlags
 	gw.register(fs, e)
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, envflag.Explain(fs, err)
 	}
 	problems := e.Problems
 	problems = append(problems, gw.finish(&c, getenv)...)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,4 +171,51 @@ func Unknown(environ []string, prefix string, known ...[]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// goParseError is the flag package's message for a value its own types refuse:
+// "invalid value %q for flag -%s: parse error" ("invalid boolean value %q for -%s: ..."
+// for a bool), whose "parse error" names neither the form wanted nor the value's fault.
+var goParseError = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-(\S+): (?:parse error|value out of range)$`)
+
+// Explain turns the flag package's "parse error" for a duration, a number or a boolean
+// into what the flag wants: `--retention-age: "90d" is not a duration; want e.g. 2160h,
+// 30m or 500ms` instead of `invalid value "90d" for flag -retention-age: parse error`.
+// Any other error (an unknown flag, a value a flag of the program's own refused with its
+// reason) is returned as it is.
+func Explain(fs *flag.FlagSet, err error) error {
+	if err == nil {
+		return nil
+	}
+	m := goParseError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	f := fs.Lookup(m[2])
+	if f == nil {
+		return err
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	var want string
+	switch g.Get().(type) {
+	case time.Duration:
+		want = "a duration; want e.g. 2160h, 30m or 500ms (units h, m, s, ms; no d)"
+	case int, int64:
+		want = "a whole number"
+	case uint, uint64:
+		want = "a whole number from 0"
+	case float64:
+		want = "a number"
+	case bool:
+		want = "a boolean; want true or false (or the flag alone for true)"
+	default:
+		return err
+	}
+	if strings.HasSuffix(m[0], "value out of range") {
+		return fmt.Errorf("--%s: %s is out of range (want %s)", f.Name, m[1], strings.SplitN(want, ";", 2)[0])
+	}
+	return fmt.Errorf("--%s: %s is not %s", f.Name, m[1], want)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -28,7 +29,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdio IO) error {
 		fs.Usage()
 		return err
 	case err != nil:
-		return usagef("%v (see %s -h)", err, fs.Name())
+		return usagef("%v (see %s -h)", envflag.Explain(fs, err), fs.Name())
 	case fs.NArg() > 0:
 		return usagef("unexpected argument %q: %s takes only flags (see %s -h)", oneLine(fs.Arg(0), 80), fs.Name(), fs.Name())
 	}

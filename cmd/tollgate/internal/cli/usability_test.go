@@ -150,6 +150,12 @@ func TestMalformedArgumentsAreRefusedClearly(t *testing.T) {
 		{"malformed actor", []string{"audit", "--actor", "alice"}, []string{"--actor", "om_", "usr_"}},
 		{"malformed organization", []string{"audit", "--org", "acme"}, []string{"--org", "org_"}},
 		{"limit out of range", []string{"audit", "--limit", "0"}, []string{"--limit", "1 to 10000"}},
+		// The flag package's own types said "parse error" until 2026-12-07 (envflag.Explain).
+		{"limit not a number", []string{"audit", "--limit", "ten"}, []string{"--limit", `"ten"`, "not a whole number"}},
+		{"apply not a boolean", []string{"recover", "--reference", "INC-1", "--apply=yes"}, []string{"--apply", `"yes"`, "true or false"}},
+		{"retention age in days", []string{"retention", "--retention-age", "90d"}, []string{"--retention-age", `"90d"`, "not a duration", "2160h"}},
+		{"retention batch not a number", []string{"retention", "--retention-batch", "1k"}, []string{"--retention-batch", "not a whole number"}},
+		{"migrate --to not a number", []string{"migrate", "--to", "v33"}, []string{"-to", "not a whole number"}},
 		{"unknown state", []string{"reconcile", "list", "--state", "closed"}, []string{"--state", "open, reconciled or all"}},
 		{"unknown flag", []string{"audit", "--organisation", "x"}, []string{"-organisation", "tollgate audit -h"}},
 		{"missing reference", []string{"recover"}, []string{"--reference is required"}},
