@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -112,7 +113,14 @@ func resync(ctx context.Context, args []string, getenv func(string) string, stdi
 	if err := w.Resync(ctx); err != nil {
 		return fmt.Errorf("resync: %w", err)
 	}
-	fmt.Fprintf(stdio.Stdout, "mirror rebuilt under generation %s\n", w.Generation())
+	// Where, too: a shell without the deployment's TOLLGATE_REDIS_PREFIX (or Redis)
+	// rebuilds a mirror no enforcer reads, and only this line can show it.
+	where := redact.URL(cfg.Redis.URL)
+	if cfg.Redis.Mode != "" && cfg.Redis.Mode != "single" {
+		where = cfg.Redis.Mode + " " + strings.Join(cfg.Redis.Addrs, ",")
+	}
+	fmt.Fprintf(stdio.Stdout, "mirror rebuilt under generation %s, key prefix %q, on %s (the enforcers read it only with the same TOLLGATE_REDIS_PREFIX)\n",
+		w.Generation(), cfg.Redis.Prefix, where)
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -92,5 +94,26 @@ func TestBootstrapAdminTellsEnforcersToForgetTheSquatter(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("invalidations %q, want %q", got, want)
+	}
+}
+
+// `controlplane resync` says which mirror it rebuilt: the key prefix and the Redis. A
+// shell without the deployment's TOLLGATE_REDIS_PREFIX rebuilds a mirror under the
+// default prefix that no enforcer reads, and until 2026-12-07 said only "mirror rebuilt
+// under generation ...", as for the right one (the TollgateRedisGenerationLost runbook
+// sends the operator to run it).
+func TestResyncSaysWhichMirrorItRebuilt(t *testing.T) {
+	st := storetest.New(t)
+	_, layout := testredis.New(t)
+	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": st.Pool.Config().ConnString(),
+		"TOLLGATE_REDIS_URL": testredis.URL(), "TOLLGATE_REDIS_PREFIX": layout.Prefix})
+	var out bytes.Buffer
+	if err := app.Run(context.Background(), []string{"resync"}, env, app.IO{Stdout: &out, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !strings.Contains(s, "mirror rebuilt under generation") || !strings.Contains(s, fmt.Sprintf("%q", layout.Prefix)) ||
+		!strings.Contains(s, "127.0.0.1") {
+		t.Fatalf("resync does not say which mirror it rebuilt (prefix %q): %q", layout.Prefix, s)
 	}
 }
