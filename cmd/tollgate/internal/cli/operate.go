@@ -80,7 +80,7 @@ func (m *memberVersions) Set(v string) error {
 	id, ver, ok := strings.Cut(v, ":")
 	n, err := strconv.ParseInt(ver, 10, 64)
 	if !ok || !typeid.Valid(id, typeid.Member) || err != nil || n < 0 {
-		return errors.New("want MEMBER_ID:TRACKING_VERSION, e.g. " + typeid.New(typeid.Member) + ":3 (the member's id, then the version from its status coverage)")
+		return errors.New("want MEMBER_ID:TRACKING_VERSION, e.g. " + typeid.New(typeid.Member) + ":3 (the member's id, then coverage.trackingVersion of GET /v1/gateway/usage-limits/members/MEMBER_ID)")
 	}
 	*m = append(*m, map[string]any{"memberId": id, "trackingVersion": n})
 	return nil
@@ -88,7 +88,9 @@ func (m *memberVersions) Set(v string) error {
 
 // captureExample shows capture's two steps: the preview, then the same with --apply.
 const captureExample = `Example:
-  # read the member's coverage.trackingVersion (3 here) from its status, then
+  # the member's coverage.trackingVersion (3 here), from their status:
+  curl -s "$TOLLGATE_API_URL/v1/gateway/usage-limits/members/om_01jq3m5v8zf0a7c9d2e4g6h8jk" \
+    -H "x-api-key: $TOLLGATE_API_KEY" | jq .coverage.trackingVersion
   tollgate capture suspend --member om_01jq3m5v8zf0a7c9d2e4g6h8jk:3 --reference INC-1234
   tollgate capture suspend --member om_01jq3m5v8zf0a7c9d2e4g6h8jk:3 --reference INC-1234 --apply
   # later, with the version the suspension printed (3 -> 4)

@@ -50,7 +50,7 @@ func TestCommandHelpListsOnlyItsFlags(t *testing.T) {
 		{[]string{"bootstrap", "-h"}, []string{"api", "database-url", "email", "organization"}, "platform administrator"},
 		{[]string{"recover", "-h"}, []string{"api", "apply", "before", "key", "org", "reference"}, "pending"},
 		{[]string{"capture", "suspend", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "capture"},
-		{[]string{"capture", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "trackingVersion"},
+		{[]string{"capture", "-h"}, []string{"api", "apply", "key", "member", "org", "reference"}, "usage-limits/members/"}, // where to read coverage.trackingVersion (since 2026-12-07)
 		{[]string{"reconcile", "-h"}, nil, "tollgate reconcile charge -h"},
 		{[]string{"reconcile", "list", "-h"}, []string{"api", "json", "key", "member", "org", "state"}, "quarantined"},
 		{[]string{"reconcile", "charge", "-h"}, []string{"admitted-at", "api", "apply", "cost-micro-usd", "key", "member", "org", "reference", "request"}, "once"},
