@@ -30,6 +30,9 @@ const maxRefusingPeers = 1024
 type refusalLog struct {
 	log   *slog.Logger
 	clock clock.Clock
+	// msg is the line's message; empty: "internal call refused". The same log, with its
+	// bounds, names the callers still on the previous token during a rotation.
+	msg string
 
 	mu    sync.Mutex
 	peers map[string]*logging.Throttle
@@ -69,7 +72,10 @@ func (r *refusalLog) note(ctx context.Context, method, reason string) {
 	}
 	ok, suppressed := p.Allow()
 	r.mu.Unlock()
-	if ok {
+	switch {
+	case ok && r.msg != "":
+		r.log.Warn(r.msg, "peer", addr, "method", method, "calls_since_last_log", suppressed)
+	case ok:
 		r.log.Warn("internal call refused", "peer", addr, "method", method, "reason", reason,
 			"refused_since_last_log", suppressed)
 	}

@@ -88,3 +88,50 @@ func TestRefusedCallsAreLoggedOncePerPeerPerMinute(t *testing.T) {
 		t.Fatalf("after a minute: %q", got)
 	}
 }
+
+// TestCallsOnThePreviousTokenAreNamed: during a rotation the control plane accepts
+// TOLLGATE_INTERNAL_TOKEN_PREVIOUS, and its last step ("once no enforcer holds the old
+// token", docs/admin.md) refuses whoever still sends it. Until 2026-12-07 nothing told
+// the operator who that was; a caller on the previous token is now logged once a minute
+// per peer, one on the new token never.
+func TestCallsOnThePreviousTokenAreNamed(t *testing.T) {
+	const token, previous = "rotation-new-token-0123456789", "rotation-old-token-0123456789"
+	logs := &testio.SyncBuffer{}
+	clk := clock.NewManual(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	srv := internalapi.New(internalapi.Deps{Token: token, PreviousToken: previous, Clock: clk, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	g := grpc.NewServer(srv.ServerOptions()...)
+	srv.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	call := func(tok string) {
+		t.Helper()
+		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(internaltoken.PerRPC(tok, false)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		// Past the batch bound: answered before the ledger (this server has none).
+		items := make([]*internalv1.SettleItem, internalapi.MaxBatchItems+1)
+		if _, err := internalv1.NewAccountingClient(cc).Settle(t.Context(), &internalv1.SettleRequest{Items: items}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("settle: %v, want accepted and refused as too large", err)
+		}
+	}
+	const line = "internal call authenticated with the previous token"
+	call(token)
+	if strings.Contains(logs.String(), line) {
+		t.Fatalf("a call on the new token named:\n%s", logs.String())
+	}
+	call(previous)
+	call(previous)
+	if n := strings.Count(logs.String(), line); n != 1 {
+		t.Fatalf("%d lines for two calls on the previous token within a minute, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "peer=127.0.0.1:") || strings.Contains(logs.String(), previous) {
+		t.Fatalf("the line does not name the peer, or prints the token:\n%s", logs.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -53,6 +54,9 @@ type Server struct {
 	internalv1.UnimplementedAccountingServer
 	d        Deps
 	refusals refusalLog
+	// previous names, once a minute per peer, the callers still presenting
+	// PreviousToken: the rotation's last step would refuse them.
+	previous refusalLog
 	// failures throttles the "internal API call failed" line: with Postgres down every
 	// call fails, and tollgate_controlplane_store_errors_total counts each.
 	failures logging.Throttle
@@ -68,7 +72,8 @@ func New(d Deps) *Server {
 	if d.Clock == nil {
 		d.Clock = clock.System{}
 	}
-	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock}, failures: logging.Throttle{Clock: d.Clock},
+	return &Server{d: d, refusals: refusalLog{log: d.Log, clock: d.Clock},
+		previous: refusalLog{log: d.Log, clock: d.Clock, msg: "internal call authenticated with the previous token (TOLLGATE_INTERNAL_TOKEN_PREVIOUS): this caller has not moved to the new one, and dropping the previous token would refuse it"}, failures: logging.Throttle{Clock: d.Clock},
 		keys: newKeyLookups(d.Store, d.Clock)}
 }
 
@@ -99,6 +104,9 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 		s.refusals.note(ctx, method, why)
 		return nil, errUnauthenticated
 	}
+	if s.usedPrevious(ctx) {
+		s.previous.note(ctx, method, "")
+	}
 	resp, err := handler(ctx, req)
 	s.d.Metrics.RPCs.WithLabelValues(method, status.Code(err).String()).Inc()
 	return resp, err
@@ -110,8 +118,27 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 			s.refusals.note(ss.Context(), strings.TrimPrefix(info.FullMethod, servicePrefix), why)
 			return errUnauthenticated
 		}
+		if s.usedPrevious(ss.Context()) {
+			s.previous.note(ss.Context(), strings.TrimPrefix(info.FullMethod, servicePrefix), "")
+		}
 	}
 	return handler(srv, ss)
+}
+
+// usedPrevious tells whether an accepted call presented PreviousToken rather than
+// Token. Asked after the constant-time check accepted it: the caller holds a valid
+// token, and which one is no secret from it.
+func (s *Server) usedPrevious(ctx context.Context) bool {
+	if s.d.PreviousToken == "" || s.d.Token == "" {
+		return false
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(internaltoken.MetadataKey)
+	if len(vals) != 1 {
+		return false
+	}
+	presented, ok := internaltoken.Parse(vals[0])
+	return ok && !internaltoken.Matches(presented, s.d.Token)
 }
 
 var errUnauthenticated = status.Error(codes.Unauthenticated, "unauthenticated")
