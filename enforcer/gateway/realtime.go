@@ -378,12 +378,18 @@ relay:
 			// socket's buffers full) blocked it, and with it the whole session, for as long
 			// as it kept its connection (before 2026-12-02). Cut, the connection is closed
 			// and the session ends as for a client that left. A shutdown (DrainSessions) cuts
-			// it too, as it cuts the provider's side (upCtx): before 2026-12-07 the write
-			// waited out the idle timeout past the shutdown, and the session's request was
-			// settled without what its response had shown
-			// (TestRealtimeShutdownCutsAWriteToAStuckClient).
-			wctx, wcancel := context.WithTimeout(upCtx, p.gw.cfg.IdleTimeout)
+			// it too, clientCloseWait after it cuts the provider's side (upCtx): before
+			// 2026-12-07 the write waited out the idle timeout past the shutdown, and the
+			// session's request was settled without what its response had shown
+			// (TestRealtimeShutdownCutsAWriteToAStuckClient). Not at once: a write whose
+			// context ends closes the connection outright (its frame may be half sent), so
+			// a write under way as the shutdown began, to a client that reads, ended the
+			// session without its 1001 (TestRealtimeSessionOpenedDuringTheDrainIsEnded
+			// failed so under load); given a moment it ends, and the close follows.
+			wctx, wcancel := context.WithTimeout(ctx, p.gw.cfg.IdleTimeout)
+			cutLater := context.AfterFunc(upCtx, func() { time.AfterFunc(clientCloseWait, wcancel) })
 			err := client.Write(wctx, m.typ, m.msg)
+			cutLater()
 			wcancel()
 			if err != nil {
 				// The client is gone; what this event reported is charged all the same (the
