@@ -62,22 +62,10 @@ func TestServeRetentionInterval(t *testing.T) {
 // marked interrupted, before the error: what it removed before it stopped is gone. The
 // receipts table renamed away makes the run fail after the starts.
 func TestRetentionCommandPrintsTheSummaryOfAnInterruptedRun(t *testing.T) {
-	dbURL := storetest.URLFor(storetest.NewDatabase(t))
 	ctx := context.Background()
-	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
-	if err := app.Run(ctx, []string{"migrate"}, env, app.IO{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `ALTER TABLE usage_receipts RENAME TO usage_receipts_away`); err != nil {
-		t.Fatal(err)
-	}
+	env := withoutReceipts(t)
 	var out bytes.Buffer
-	err = app.Run(ctx, []string{"retention", "--apply"}, env, app.IO{Stdout: &out, Stderr: &bytes.Buffer{}})
+	err := app.Run(ctx, []string{"retention", "--apply"}, env, app.IO{Stdout: &out, Stderr: &bytes.Buffer{}})
 	if err == nil || !strings.Contains(err.Error(), "retention of receipts") {
 		t.Fatalf("retention without its receipts table: %v, want its error", err)
 	}
@@ -91,6 +79,26 @@ func TestRetentionCommandPrintsTheSummaryOfAnInterruptedRun(t *testing.T) {
 // until 2026-12-07 it printed "run it again to finish" and "Preview only: run again with
 // --apply to remove them." after the error's partial table.
 func TestRetentionPreviewThatFailsDoesNotAskForApply(t *testing.T) {
+	ctx := context.Background()
+	env := withoutReceipts(t)
+	var out bytes.Buffer
+	err := app.Run(ctx, []string{"retention"}, env, app.IO{Stdout: &out, Stderr: &bytes.Buffer{}})
+	if err == nil || !strings.Contains(err.Error(), "retention of receipts") {
+		t.Fatalf("a preview without its receipts table: %v, want its error", err)
+	}
+	s := out.String()
+	if strings.Contains(s, "run again with --apply") || strings.Contains(s, "run it again to finish") {
+		t.Fatalf("a failed preview asks for more than a fix and another preview:\n%s", s)
+	}
+	if !strings.Contains(s, "Preview interrupted") || !strings.Contains(s, "nothing was written") {
+		t.Fatalf("a failed preview does not say it stopped and wrote nothing:\n%s", s)
+	}
+}
+
+// withoutReceipts is the environment of a migrated database of its own whose receipts
+// table was renamed away: a retention run fails after the starts.
+func withoutReceipts(t *testing.T) func(string) string {
+	t.Helper()
 	dbURL := storetest.URLFor(storetest.NewDatabase(t))
 	ctx := context.Background()
 	env := envOf(map[string]string{"TOLLGATE_DATABASE_URL": dbURL})
@@ -105,16 +113,5 @@ func TestRetentionPreviewThatFailsDoesNotAskForApply(t *testing.T) {
 	if _, err := conn.Exec(ctx, `ALTER TABLE usage_receipts RENAME TO usage_receipts_away`); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	err = app.Run(ctx, []string{"retention"}, env, app.IO{Stdout: &out, Stderr: &bytes.Buffer{}})
-	if err == nil || !strings.Contains(err.Error(), "retention of receipts") {
-		t.Fatalf("a preview without its receipts table: %v, want its error", err)
-	}
-	s := out.String()
-	if strings.Contains(s, "run again with --apply") || strings.Contains(s, "run it again to finish") {
-		t.Fatalf("a failed preview asks for more than a fix and another preview:\n%s", s)
-	}
-	if !strings.Contains(s, "Preview interrupted") || !strings.Contains(s, "nothing was written") {
-		t.Fatalf("a failed preview does not say it stopped and wrote nothing:\n%s", s)
-	}
+	return env
 }

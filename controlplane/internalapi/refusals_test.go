@@ -25,15 +25,7 @@ func TestRefusedCallsAreLoggedOncePerPeerPerMinute(t *testing.T) {
 	const token = "refusal-test-token-0123456789"
 	logs := &testio.SyncBuffer{}
 	clk := clock.NewManual(time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC))
-	srv := internalapi.New(internalapi.Deps{Token: token, Clock: clk, Log: slog.New(slog.NewTextHandler(logs, nil))})
-	g := grpc.NewServer(srv.ServerOptions()...)
-	srv.Register(g)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
+	ln := serveWithoutStore(t, internalapi.Deps{Token: token, Clock: clk, Log: slog.New(slog.NewTextHandler(logs, nil))})
 
 	dial := func(tok string) internalv1.AccountingClient {
 		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -98,15 +90,7 @@ func TestCallsOnThePreviousTokenAreNamed(t *testing.T) {
 	const token, previous = "rotation-new-token-0123456789", "rotation-old-token-0123456789"
 	logs := &testio.SyncBuffer{}
 	clk := clock.NewManual(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
-	srv := internalapi.New(internalapi.Deps{Token: token, PreviousToken: previous, Clock: clk, Log: slog.New(slog.NewTextHandler(logs, nil))})
-	g := grpc.NewServer(srv.ServerOptions()...)
-	srv.Register(g)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
+	ln := serveWithoutStore(t, internalapi.Deps{Token: token, PreviousToken: previous, Clock: clk, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	call := func(tok string) {
 		t.Helper()
 		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -134,4 +118,20 @@ func TestCallsOnThePreviousTokenAreNamed(t *testing.T) {
 	if !strings.Contains(logs.String(), "peer=127.0.0.1:") || strings.Contains(logs.String(), previous) {
 		t.Fatalf("the line does not name the peer, or prints the token:\n%s", logs.String())
 	}
+}
+
+// serveWithoutStore serves the internal API of d on a loopback port until the test ends:
+// the calls these tests make are answered before any handler needs a store.
+func serveWithoutStore(t *testing.T, d internalapi.Deps) net.Listener {
+	t.Helper()
+	srv := internalapi.New(d)
+	g := grpc.NewServer(srv.ServerOptions()...)
+	srv.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	return ln
 }
