@@ -385,15 +385,7 @@ func TestBlockedMessageOffersNoAskThatCannotLiftTheBlock(t *testing.T) {
 				{Timeframe: "day", PolicyId: "ulp_d", BaseMicroUsd: 50000, HardLimit: true, AllowRequestReset: c.dayReset},
 				{Timeframe: "week", PolicyId: "ulp_w", BaseMicroUsd: 100000, ExtensionMicroUsd: c.weekExtension, HardLimit: true, AllowRequestReset: c.weekReset}}},
 			Spend: spend}
-		d := decision.Decide(rec, now, false)
-		if d.Result != decision.Blocked {
-			t.Fatalf("%s: not blocked: %v", c.name, d.Result)
-		}
-		b, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
-		var body struct{ Error struct{ Message string } }
-		if err := json.Unmarshal(b, &body); err != nil {
-			t.Fatal(err)
-		}
+		d, body, ask := blockedMessage(t, c.name, rec, now)
 		if got := strings.Contains(body.Error.Message, "You may ask for more"); got != (c.ask != "") {
 			t.Errorf("%s: message offers asking %v, want %v: %q", c.name, got, c.ask != "", body.Error.Message)
 		}
@@ -435,15 +427,7 @@ func TestBlockedMessageSaysAZeroLimitNeverLifts(t *testing.T) {
 		}
 		rec := &mirror.Record{Entitlement: &internalv1.Entitlement{OrganizationId: "org_x", MemberId: "om_a", MemberActive: true, CaptureEnabled: true,
 			Limits: lims}, Spend: spend}
-		d := decision.Decide(rec, now, false)
-		if d.Result != decision.Blocked {
-			t.Fatalf("%s: not blocked: %v", c.name, d.Result)
-		}
-		b, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
-		var body struct{ Error struct{ Message string } }
-		if err := json.Unmarshal(b, &body); err != nil {
-			t.Fatal(err)
-		}
+		d, body, ask := blockedMessage(t, c.name, rec, now)
 		msg := body.Error.Message
 		if ask != "" || strings.Contains(msg, "You may ask for more") {
 			t.Errorf("%s: offers an extension that cannot lift a 0 USD limit: %q", c.name, msg)
@@ -460,4 +444,20 @@ func TestBlockedMessageSaysAZeroLimitNeverLifts(t *testing.T) {
 			t.Errorf("%s: the kept body offers %q", c.name, kept)
 		}
 	}
+}
+
+// blockedMessage decides rec at now, which must block, and answers the decision, the
+// 429's body and its way to ask for more (blockedBody).
+func blockedMessage(t *testing.T, name string, rec *mirror.Record, now time.Time) (decision.Decision, struct{ Error struct{ Message string } }, string) {
+	t.Helper()
+	d := decision.Decide(rec, now, false)
+	if d.Result != decision.Blocked {
+		t.Fatalf("%s: not blocked: %v", name, d.Result)
+	}
+	b, ask := blockedBody(&d, "org_x", "om_a", now, ResetRequestPath)
+	var body struct{ Error struct{ Message string } }
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	return d, body, ask
 }
