@@ -65,14 +65,7 @@ func TestOpenReturnsWhatWasNotAcknowledged(t *testing.T) {
 	if len(pending) != 0 {
 		t.Fatalf("fresh spool: %v", ids(pending))
 	}
-	var refs []spool.Ref
-	for _, id := range []string{"req_a", "req_b", "req_c", "req_d"} {
-		ref, ok := s.Append(item(id))
-		if !ok || !ref.Spooled() {
-			t.Fatalf("append %s failed", id)
-		}
-		refs = append(refs, ref)
-	}
+	refs := appendAll(t, s, "req_a", "req_b", "req_c", "req_d")
 	s.Ack(refs[1])
 	s.Ack(refs[3])
 	// A crash: no Close, no sync. Only the lock must go (the kernel drops it with the
@@ -446,14 +439,7 @@ func TestOpenReplaysInPlaceWhenTheCompactionHasNoRoom(t *testing.T) {
 			dir := t.TempDir()
 			cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 250} // three settlements a segment
 			s, _, _ := open(t, cfg)
-			var refs []spool.Ref
-			for _, id := range []string{"req_a", "req_b", "req_c", "req_d", "req_e"} {
-				ref, ok := s.Append(item(id))
-				if !ok {
-					t.Fatalf("append %s", id)
-				}
-				refs = append(refs, ref)
-			}
+			refs := appendAll(t, s, "req_a", "req_b", "req_c", "req_d", "req_e")
 			s.Ack(refs[1]) // req_b answered
 			s.Close()
 			old := segments(t, dir)
@@ -724,14 +710,7 @@ func TestUnreadableSpoolIsCountedAndLoggedAsLost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s, _, _ := open(t, spool.Config{Dir: dir})
-			var refs []spool.Ref
-			for _, id := range []string{"req_a", "req_b", "req_c"} {
-				ref, ok := s.Append(item(id))
-				if !ok {
-					t.Fatal("append failed")
-				}
-				refs = append(refs, ref)
-			}
+			refs := appendAll(t, s, "req_a", "req_b", "req_c")
 			s.Ack(refs[1])
 			s.Close()
 			segs := segments(t, dir)
@@ -847,14 +826,7 @@ func TestTornSegmentKeptInPlaceReadsItsLaterAcknowledgements(t *testing.T) {
 	dir := t.TempDir()
 	cfg := spool.Config{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 250} // four settlements a segment
 	s, _, _ := open(t, cfg)
-	var refs []spool.Ref
-	for _, id := range []string{"req_a", "req_b", "req_c", "req_d", "req_e", "req_f", "req_g"} {
-		ref, ok := s.Append(item(id))
-		if !ok {
-			t.Fatalf("append %s", id)
-		}
-		refs = append(refs, ref)
-	}
+	refs := appendAll(t, s, "req_a", "req_b", "req_c", "req_d", "req_e", "req_f", "req_g")
 	s.Ack(refs[1]) // req_b answered
 	s.Close()
 	segs := segments(t, dir)
@@ -950,4 +922,19 @@ func TestNewSegmentsNameIsSyncedWithItsRecords(t *testing.T) {
 	if len(dirSyncs) != 1 {
 		t.Fatalf("directory synced again with nothing new in it: %v", dirSyncs)
 	}
+}
+
+// appendAll appends a settlement of each id to s, each of which must be spooled, and
+// answers their references in order.
+func appendAll(t *testing.T, s *spool.Spool, ids ...string) []spool.Ref {
+	t.Helper()
+	refs := make([]spool.Ref, 0, len(ids))
+	for _, id := range ids {
+		ref, ok := s.Append(item(id))
+		if !ok || !ref.Spooled() {
+			t.Fatalf("append %s failed", id)
+		}
+		refs = append(refs, ref)
+	}
+	return refs
 }
