@@ -784,6 +784,11 @@ func ReplaceModelPrices(ctx context.Context, q Querier, orgID string, ps []Model
 	return err
 }
 
+// tokenPriceColumns are a price's four token prices, as the price tables and their
+// versions name them.
+const tokenPriceColumns = `input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
+	cache_write_micro_usd_per_million`
+
 // FallbackPrice is an organization's own price for tokens of models nobody priced.
 type FallbackPrice struct {
 	InputPerMillion       int64
@@ -797,12 +802,10 @@ type FallbackPrice struct {
 // queueFallbackPrices reads every version of the organizations' fallback prices, the
 // current one and those edits replaced or removed.
 func queueFallbackPrices(b *pgx.Batch, orgs []string, into map[string][]DatedFallbackPrice) {
-	b.Queue(`SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
-			cache_write_micro_usd_per_million, updated_at, NULL::timestamptz
+	b.Queue(`SELECT organization_id, `+tokenPriceColumns+`, updated_at, NULL::timestamptz
 		FROM usage_fallback_prices WHERE organization_id = ANY($1)
 		UNION ALL
-		SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
-			cache_write_micro_usd_per_million, valid_from, valid_until
+		SELECT organization_id, `+tokenPriceColumns+`, valid_from, valid_until
 		FROM usage_fallback_price_versions WHERE organization_id = ANY($1)`, orgs).
 		Query(func(r pgx.Rows) error {
 			var org string
@@ -834,10 +837,8 @@ func GetFallbackPrice(ctx context.Context, q Querier, orgID string) (*FallbackPr
 // its updatedAt. The price it replaces is kept, in effect until now
 // (usage_fallback_price_versions).
 func SetFallbackPrice(ctx context.Context, q Querier, orgID string, f FallbackPrice, now time.Time) error {
-	if _, err := q.Exec(ctx, `INSERT INTO usage_fallback_price_versions (organization_id, input_micro_usd_per_million,
-			output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, valid_from, valid_until)
-		SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
-			cache_write_micro_usd_per_million, updated_at, $6
+	if _, err := q.Exec(ctx, `INSERT INTO usage_fallback_price_versions (organization_id, `+tokenPriceColumns+`, valid_from, valid_until)
+		SELECT organization_id, `+tokenPriceColumns+`, updated_at, $6
 		FROM usage_fallback_prices
 		WHERE organization_id = $1 AND updated_at < $6
 			AND (input_micro_usd_per_million, output_micro_usd_per_million, cached_input_micro_usd_per_million,
@@ -870,14 +871,10 @@ func DeleteFallbackPrice(ctx context.Context, q Querier, orgID string, now time.
 	var removed int
 	err := q.QueryRow(ctx, `WITH gone AS (
 			DELETE FROM usage_fallback_prices WHERE organization_id = $1
-			RETURNING organization_id, input_micro_usd_per_million, output_micro_usd_per_million,
-				cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, updated_at),
+			RETURNING organization_id, `+tokenPriceColumns+`, updated_at),
 		kept AS (
-			INSERT INTO usage_fallback_price_versions (organization_id, input_micro_usd_per_million,
-				output_micro_usd_per_million, cached_input_micro_usd_per_million, cache_write_micro_usd_per_million,
-				valid_from, valid_until)
-			SELECT organization_id, input_micro_usd_per_million, output_micro_usd_per_million,
-				cached_input_micro_usd_per_million, cache_write_micro_usd_per_million, updated_at, $2
+			INSERT INTO usage_fallback_price_versions (organization_id, `+tokenPriceColumns+`, valid_from, valid_until)
+			SELECT organization_id, `+tokenPriceColumns+`, updated_at, $2
 			FROM gone WHERE updated_at < $2
 			ON CONFLICT DO NOTHING)
 		SELECT count(*) FROM gone`, orgID, now).Scan(&removed)
