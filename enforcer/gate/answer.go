@@ -63,6 +63,10 @@ const (
 	// the upstream echo the request, the provider's credential in it (TRACE, TRACK; 405,
 	// MethodRefusal).
 	CodeMethodUnsupported = "service_gateway_method_unsupported"
+	// CodePathUnsupported refuses, at the gateway and /check, a path with a dot segment
+	// ("." or "..", in any encoding), which the upstream may resolve to another path than
+	// the one judged (400, PathRefusal).
+	CodePathUnsupported = "service_gateway_path_unsupported"
 	// CodeEnforcerUnavailable is never the enforcer's answer: it is the proxy's, when the
 	// enforcer did not answer its check at all (Envoy's ext_authz failing closed, 503,
 	// deploy/envoy/envoy.yaml's local_reply_config; docs/enforcer.md, "Answers").
@@ -377,6 +381,17 @@ func methodOverrideRefusal(what, word, name string) FormRefusal {
 		Message: "The " + what + " " + name + " asks the provider to run the request as another method, which Tollgate does not judge it by: " +
 			"send the request with its own method, without the " + word + ".",
 		Details: map[string]string{word: name}}})}
+}
+
+// PathRefusal is the 400 of a request whose path has a dot segment ("." or "..", in any
+// encoding: requestbody.DotSegment), before it is checked: the upstream resolves it
+// (RFC 3986, 5.2.4: nginx, Tomcat, CDNs), and runs another path than the one judged.
+// /check's: a forward-auth proxy sends the path on as it came, and "/v1/batches/." named
+// no batch to /check (the gateway answers its own, the same code).
+func PathRefusal() FormRefusal {
+	return FormRefusal{Status: http.StatusBadRequest, Code: CodePathUnsupported, Body: mustJSON(errorBody{Error: errorObject{
+		Type: "invalid_request_error", Code: CodePathUnsupported,
+		Message: "The path has a dot segment (\".\" or \"..\", in any encoding), which the upstream would resolve to another path than the one judged: send the path resolved."}})}
 }
 
 // MethodRefusal is the 405 of a request whose method no front door lets through, in

@@ -100,7 +100,7 @@ const (
 	OutcomeUpstreamTimeout = "upstream_timeout" // 504: no answer in time
 	OutcomeClientGone      = "client_gone"      // the client left before the upstream answered
 	OutcomeNoCredential    = "no_credential"    // 502: the route's token or signing credentials could not be had
-	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer); 405: TRACE (gate.MethodRefusal); 400: a dot segment in the path (dotSegment)
+	OutcomeUnsupported     = "unsupported"      // 501: an API the gateway does not proxy (requestbody.Bidirectional); 400: an answer's format (requestbody.UnreadableAnswer); 405: TRACE (gate.MethodRefusal); 400: a dot segment in the path (requestbody.DotSegment)
 	OutcomeDecodeBusy      = "decode_busy"      // 503: a compressed body's share of the decoding budget not had in time (requestbody.Decoding)
 	OutcomePreflight       = "preflight"        // 204: a browser's CORS preflight, answered by the gateway (cors.go)
 )
@@ -427,7 +427,7 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // take routes the request and takes a slot among MaxStreams; nil when it was answered
 // (400 for a dot segment, 404, 503 busy).
 func (gw *Gateway) take(w http.ResponseWriter, r *http.Request) *proxied {
-	if dotSegment(r.URL.Path) {
+	if requestbody.DotSegment(r.URL.Path) {
 		gw.answered(w, OutcomeUnsupported)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "service_gateway_path_unsupported",
 			"The path has a dot segment (\".\" or \"..\", in any encoding), which the upstream would resolve out of the route's base path: send the path resolved.", nil)

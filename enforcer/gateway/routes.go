@@ -292,25 +292,6 @@ func sortRoutes(rs []Route) []Route {
 	return out
 }
 
-// dotSegment tells whether a request's path (decoded: "%2e%2e" is "..", and "%2F" a
-// slash) has a dot segment, "." or "..", between slashes or backslashes (which some
-// servers read as slashes). The path is joined to the route's upstream base path
-// (upstreamURL) and the upstream resolves dot segments (RFC 3986, 5.2.4: nginx, CDNs,
-// Go's ServeMux), so "/../tenant-b/..." ran on the upstream's host outside the base path,
-// with the route's credential. No SDK sends one: their URL libraries resolve them, as
-// curl does unless told --path-as-is. A segment is judged without its ";" parameters,
-// which servlet containers (Tomcat, Jetty) drop before they resolve dot segments: to
-// them "..;" and "..;x=1" are "..".
-func dotSegment(path string) bool {
-	for seg := range strings.FieldsFuncSeq(path, func(c rune) bool { return c == '/' || c == '\\' }) {
-		seg, _, _ = strings.Cut(seg, ";")
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
 // route finds the route of a path: the longest prefix that matches.
 func (gw *Gateway) route(path string) *Route {
 	// Google's SDKs join a base URL ending in "/" to a path beginning with one (a Gemini

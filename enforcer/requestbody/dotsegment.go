@@ -1,0 +1,23 @@
+package requestbody
+
+import "strings"
+
+// DotSegment tells whether a request's path (decoded: "%2e%2e" is "..", and "%2F" a
+// slash) has a dot segment, "." or "..", between slashes or backslashes (which some
+// servers read as slashes). The upstream resolves dot segments (RFC 3986, 5.2.4: nginx,
+// CDNs, Go's ServeMux), so "/../tenant-b/..." ran on the upstream's host outside the
+// gateway route's base path, with the route's credential, and "/v1/batches/." is a batch
+// there though its path names none to Deferred. No SDK sends one: their URL libraries
+// resolve them, as curl does unless told --path-as-is. A segment is judged without its
+// ";" parameters, which servlet containers (Tomcat, Jetty) drop before they resolve dot
+// segments: to them "..;" and "..;x=1" are "..". The gateway and /check refuse such a
+// path (gate.PathRefusal).
+func DotSegment(path string) bool {
+	for seg := range strings.FieldsFuncSeq(path, func(c rune) bool { return c == '/' || c == '\\' }) {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
