@@ -5,6 +5,9 @@ import "time"
 // MirroredMembersSQL is MirroredMembers' query, for its plan's test.
 const MirroredMembersSQL = mirroredMembersSQL
 
+// MirrorAssignmentsSQL is LoadMirrorInputs' read of assignments, for its plan's test.
+const MirrorAssignmentsSQL = mirrorAssignmentsSQL
+
 // SetMigrationLockWait sets how long each try of a migration step waits for its locks,
 // the pause between tries and how long a step is tried; it returns the restore.
 func SetMigrationLockWait(wait, pause, budget time.Duration) func() {

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
+	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
 // A rebuild of the mirror pages through the mirrored members 500 at a time
@@ -75,9 +80,105 @@ func TestMirroredMembersPageReadsOnlyItsOwnTrackingRows(t *testing.T) {
 
 // planNode is the part of EXPLAIN (FORMAT JSON)'s plan the test reads.
 type planNode struct {
-	NodeType    string     `json:"Node Type"`
-	Relation    string     `json:"Relation Name"`
-	ActualRows  float64    `json:"Actual Rows"`
-	ActualLoops float64    `json:"Actual Loops"`
-	Plans       []planNode `json:"Plans"`
+	NodeType    string  `json:"Node Type"`
+	Relation    string  `json:"Relation Name"`
+	ActualRows  float64 `json:"Actual Rows"`
+	ActualLoops float64 `json:"Actual Loops"`
+	// RemovedByFilter counts the rows read and dropped by the node's filter.
+	RemovedByFilter float64    `json:"Rows Removed by Filter"`
+	Plans           []planNode `json:"Plans"`
+}
+
+// The records a settlement batch or a resolve writes are built by LoadMirrorInputs, whose
+// read of the assignments that can reach the members must cost what those members have,
+// not what every organization assigned. Written with team_id IN (SELECT ...) under an
+// OR, it became a hashed subplan tested on every row of usage_policy_assignments, all
+// organizations' (83 ms a read at 103,000 direct assignments).
+func TestMirrorAssignmentsReadOnlyTheMembersOwn(t *testing.T) {
+	const n = 20_000
+	st := storetest.New(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_big', 'Big', 'big', now())`,
+		fmt.Sprintf(`INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+			SELECT 'usr_' || i, 'u' || i || '@x.test', 'u' || i || '@x.test', 'u', 'x', now(), now() FROM generate_series(1, %d) i`, n),
+		fmt.Sprintf(`INSERT INTO members (id, organization_id, user_id, role, created_at)
+			SELECT 'om_' || i, 'org_big', 'usr_' || i, 'member', now() FROM generate_series(1, %d) i`, n),
+		`INSERT INTO teams (id, organization_id, name, created_at) SELECT 'team_' || i, 'org_big', 'T' || i, now() FROM generate_series(1, 500) i`,
+		`INSERT INTO team_members (team_id, member_id, created_at) SELECT 'team_' || (1 + i % 500), 'om_' || i, now() FROM generate_series(1, 5000) i`,
+		`INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at)
+			VALUES ('ulp_org', 'org_big', 'O', true, false, 1, now(), now()), ('ulp_team', 'org_big', 'T', true, false, 1, now(), now()),
+				('ulp_direct', 'org_big', 'D', true, false, 1, now(), now())`,
+		`INSERT INTO usage_policy_limits (policy_id, timeframe, cost_limit_micro_usd)
+			VALUES ('ulp_org', 'day', 1000000), ('ulp_team', 'day', 1000000), ('ulp_direct', 'day', 1000000)`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, organization, created_at) VALUES ('upa_org', 'org_big', 'ulp_org', true, now())`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, team_id, organization, created_at)
+			SELECT 'upa_t' || i, 'org_big', 'ulp_team', 'team_' || i, false, now() FROM generate_series(1, 500) i`,
+		fmt.Sprintf(`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, member_id, organization, created_at)
+			SELECT 'upa_m' || i, 'org_big', 'ulp_direct', 'om_' || i, false, now() FROM generate_series(1, %d) i`, n),
+		`ANALYZE members`, `ANALYZE teams`, `ANALYZE team_members`, `ANALYZE usage_policies`, `ANALYZE usage_policy_assignments`,
+	} {
+		if _, err := st.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// om_7 is in team_8: the organization's assignment, its team's and its own reach it.
+	members := []string{"om_7"}
+	in, err := store.LoadMirrorInputs(ctx, st.Pool, members, window.Current(time.Now()), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range in.Models["org_big"].Assignments {
+		got = append(got, a.ID)
+	}
+	if want := []string{"upa_m7", "upa_org", "upa_t8"}; !slices.Equal(got, want) {
+		t.Fatalf("assignments reaching om_7: %v, want %v", got, want)
+	}
+
+	// Both the plan for this call's values and the generic plan a prepared statement
+	// settles on.
+	for _, generic := range []bool{false, true} {
+		var out []byte
+		err := st.InTx(ctx, func(tx pgx.Tx) error {
+			if generic {
+				if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(ctx, `PREPARE assignments(text[]) AS `+store.MirrorAssignmentsSQL); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE assignments('{om_7}')`).Scan(&out); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `DEALLOCATE assignments`)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plans []struct{ Plan planNode }
+		if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+			t.Fatalf("plan %s: %v", out, err)
+		}
+		var read float64
+		var scans []string
+		var walk func(p planNode)
+		walk = func(p planNode) {
+			if p.Relation == "usage_policy_assignments" {
+				read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
+				scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
+			}
+			for _, c := range p.Plans {
+				walk(c)
+			}
+		}
+		walk(plans[0].Plan)
+		t.Logf("generic %v: assignment rows read for one member: %v, by %v", generic, read, scans)
+		if read > 50 {
+			t.Fatalf("generic %v: one member's record read %v assignment rows of %d (%v): its cost grows with every organization's assignments",
+				generic, read, n+501, scans)
+		}
+	}
 }
