@@ -192,7 +192,9 @@ func MirroredMembers(ctx context.Context, q Querier, after string, limit int) ([
 // EXISTS, under the OR the planner turned it into a hashed subplan that read the whole
 // of usage_member_tracking for every page, so each page of a rebuild cost more as the
 // table grew (300-360 ms a page at 20,000 rows, 400-890 ms at 100,000; a rebuild of
-// 100,000 members took 1m28s).
+// 100,000 members took 1m28s). The assignment test of an untracked member takes its
+// teams as an array, for the reason mirrorAssignmentsSQL does: with team_id IN (SELECT
+// ...) each such member read every organization's assignments until one matched.
 const mirroredMembersSQL = `SELECT m.id FROM members m
 		WHERE m.id > $1 AND (
 			(SELECT true FROM usage_member_tracking t WHERE t.member_id = m.id LIMIT 1) IS NOT NULL
@@ -200,7 +202,7 @@ const mirroredMembersSQL = `SELECT m.id FROM members m
 				SELECT 1 FROM usage_policy_assignments a JOIN usage_policies p ON p.id = a.policy_id
 				WHERE p.archived_at IS NULL AND p.organization_id = m.organization_id
 					AND (a.organization OR a.member_id = m.id
-						OR a.team_id IN (SELECT team_id FROM team_members WHERE member_id = m.id)))))
+						OR a.team_id = ANY(ARRAY(SELECT team_id FROM team_members WHERE member_id = m.id))))))
 		ORDER BY m.id LIMIT $2`
 
 // mirrorAssignmentsSQL reads the assignments that can reach one of the members $1. Their

@@ -182,3 +182,82 @@ func TestMirrorAssignmentsReadOnlyTheMembersOwn(t *testing.T) {
 		}
 	}
 }
+
+// A rebuild also pages through active members without a tracking row that some policy
+// reaches. Their assignment test, with team_id IN (SELECT ...) under the OR, was a scan
+// of every organization's assignments per such member until one matched: a member no
+// policy reaches read them all (about 1 ms a member at 73,000 assignments, so 30 s more
+// for a rebuild of an organization with 30,000 members yet to send a request).
+func TestMirroredMembersPageProbesAssignmentsByIndex(t *testing.T) {
+	const n, page = 20_000, 500
+	st := storetest.New(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_big', 'Big', 'big', now())`,
+		fmt.Sprintf(`INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+			SELECT 'usr_' || lpad(i::text, 26, '0'), 'u' || i || '@x.test', 'u' || i || '@x.test', 'u', 'x', now(), now()
+			FROM generate_series(1, %d) i`, n),
+		fmt.Sprintf(`INSERT INTO members (id, organization_id, user_id, role, created_at)
+			SELECT 'om_' || lpad(i::text, 26, '0'), 'org_big', 'usr_' || lpad(i::text, 26, '0'), 'member', now()
+			FROM generate_series(1, %d) i`, n),
+		`INSERT INTO teams (id, organization_id, name, created_at) VALUES ('team_1', 'org_big', 'T', now())`,
+		`INSERT INTO usage_policies (id, organization_id, name, hard_limit, allow_request_reset, revision, created_at, updated_at)
+			VALUES ('ulp_team', 'org_big', 'T', true, false, 1, now(), now()), ('ulp_direct', 'org_big', 'D', true, false, 1, now(), now())`,
+		`INSERT INTO usage_policy_limits (policy_id, timeframe, cost_limit_micro_usd) VALUES ('ulp_team', 'day', 1000000), ('ulp_direct', 'day', 1000000)`,
+		`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, team_id, organization, created_at)
+			VALUES ('upa_team', 'org_big', 'ulp_team', 'team_1', false, now())`,
+		// The first half is assigned a policy each and tracked; of the second half, none
+		// tracked, every tenth is in the assigned team and the rest are reached by nothing.
+		fmt.Sprintf(`INSERT INTO usage_policy_assignments (id, organization_id, policy_id, member_id, organization, created_at)
+			SELECT 'upa_' || i, 'org_big', 'ulp_direct', 'om_' || lpad(i::text, 26, '0'), false, now() FROM generate_series(1, %d) i`, n/2),
+		fmt.Sprintf(`INSERT INTO usage_member_tracking (member_id, organization_id, tracking_version, tracking_started_at, created_at, updated_at)
+			SELECT 'om_' || lpad(i::text, 26, '0'), 'org_big', 1, now(), now(), now() FROM generate_series(1, %d) i`, n/2),
+		fmt.Sprintf(`INSERT INTO team_members (team_id, member_id, created_at)
+			SELECT 'team_1', 'om_' || lpad(i::text, 26, '0'), now() FROM generate_series(%d, %d, 10) i`, n/2+10, n),
+		`ANALYZE members`, `ANALYZE usage_member_tracking`, `ANALYZE team_members`, `ANALYZE usage_policies`, `ANALYZE usage_policy_assignments`,
+	} {
+		if _, err := st.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	after := fmt.Sprintf("om_%026d", n/2)
+	ids, err := store.MirroredMembers(ctx, st.Pool, after, page)
+	if err != nil || len(ids) != page {
+		t.Fatalf("page after %s: %d ids, %v", after, len(ids), err)
+	}
+	for _, id := range ids {
+		var i int
+		if _, err := fmt.Sscanf(id, "om_%d", &i); err != nil || i%10 != 0 {
+			t.Fatalf("mirrored %s, which no policy reaches and that has no tracking row", id)
+		}
+	}
+
+	var out []byte
+	if err := st.Pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+store.MirroredMembersSQL, after, page).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct{ Plan planNode }
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("plan %s: %v", out, err)
+	}
+	var read, members float64
+	var scans []string
+	var walk func(p planNode)
+	walk = func(p planNode) {
+		switch p.Relation {
+		case "usage_policy_assignments":
+			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
+			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
+		case "members":
+			members += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
+		}
+		for _, c := range p.Plans {
+			walk(c)
+		}
+	}
+	walk(plans[0].Plan)
+	t.Logf("assignment rows read for %v members: %v, by %v", members, read, scans)
+	if read > 4*members {
+		t.Fatalf("a page over %v members read %v assignment rows of %d (%v): each reads the assignments of everyone", members, read, n/2+1, scans)
+	}
+}
