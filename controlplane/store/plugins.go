@@ -42,11 +42,15 @@ func RoleOfRank(rank int) string {
 const grantRank = `CASE g.role WHEN 'viewer' THEN 1 WHEN 'editor' THEN 2 WHEN 'manager' THEN 3 END`
 
 // grantReaches is the condition "grant g applies to the member in the given parameter":
-// to them directly, to a live team they are in, or to the whole organization.
+// to them directly, to a live team they are in, or to the whole organization. The teams
+// are an array (an InitPlan run once), so that each kind of grant is a probe of its
+// index: written as team_id IN (SELECT ...), under the OR the planner hashed that
+// subquery and tested it on every grant of every marketplace, once per marketplace
+// read (1.05 s for a member's list of 20 marketplaces among 100,000 grants).
 func grantReaches(param string) string {
-	return `(g.organization OR g.member_id = ` + param + ` OR g.team_id IN (
+	return `(g.organization OR g.member_id = ` + param + ` OR g.team_id = ANY(ARRAY(
 		SELECT tm.team_id FROM team_members tm JOIN teams t ON t.id = tm.team_id AND t.deleted_at IS NULL
-		WHERE tm.member_id = ` + param + `))`
+		WHERE tm.member_id = ` + param + `)))`
 }
 
 // Viewer is who reads: a member, or (All) an owner or admin, who sees everything and

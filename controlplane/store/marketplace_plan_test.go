@@ -1,0 +1,102 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/controlplane/store"
+	"github.com/tollgate-dev/tollgate/internal/storetest"
+)
+
+// A member's view of marketplaces and plugins (GET /v1/marketplaces, a marketplace, its
+// plugins' ranks and uses) reads their rank on each marketplace from its grants. Written
+// with team_id IN (SELECT ...) under the OR of grantReaches, the grants test became a
+// hashed subplan over a scan of every grant of every marketplace of every organization,
+// once per marketplace (twice for the list): 1.05 s for a member's list of 20
+// marketplaces among 100,000 grants. A rank must be read through the grants' indexes.
+func TestMarketplaceRanksReadOnlyTheViewersGrants(t *testing.T) {
+	st := marketplacesWithManyGrants(t)
+	ctx := context.Background()
+	r := &recorder{Querier: st.Pool}
+	ms, err := store.ListMarketplaces(ctx, r, "org_big", store.Viewer{MemberID: "om_7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, fmt.Sprintf("%s:%d", m.ID, m.Rank))
+	}
+	if fmt.Sprint(got) != "[mkt_1:2 mkt_2:3]" {
+		t.Fatalf("om_7 sees %v, want mkt_1 as editor (its team's grant) and mkt_2 as manager", got)
+	}
+	read, scans := grantRowsRead(t, st, r)
+	t.Logf("grant rows read for a list of %d marketplaces: %v, by %v", manyGrantsMarkets, read, scans)
+	if read > 10*manyGrantsMarkets {
+		t.Fatalf("a member's list of %d marketplaces read %v grant rows of %d (%v): every marketplace reads every grant",
+			manyGrantsMarkets, read, manyGrantsMarkets*(manyGrantsMembers+99)+1, scans)
+	}
+}
+
+const manyGrantsMembers, manyGrantsMarkets = 5_000, 10
+
+// marketplacesWithManyGrants is an organization of manyGrantsMembers members and 100
+// teams with manyGrantsMarkets marketplaces, each granted to every member but om_7 and
+// to every team but team_3; om_7, in team_3, holds mkt_1 through it and mkt_2 directly.
+func marketplacesWithManyGrants(t *testing.T) *store.Store {
+	const n, markets = manyGrantsMembers, manyGrantsMarkets
+	st := storetest.New(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO organizations (id, name, slug, created_at) VALUES ('org_big', 'Big', 'big', now())`,
+		fmt.Sprintf(`INSERT INTO users (id, email, email_normalized, name, password_hash, created_at, updated_at)
+			SELECT 'usr_' || i, 'u' || i || '@x.test', 'u' || i || '@x.test', 'u', 'x', now(), now() FROM generate_series(1, %d) i`, n),
+		fmt.Sprintf(`INSERT INTO members (id, organization_id, user_id, role, created_at)
+			SELECT 'om_' || i, 'org_big', 'usr_' || i, 'member', now() FROM generate_series(1, %d) i`, n),
+		`INSERT INTO teams (id, organization_id, name, created_at) SELECT 'team_' || i, 'org_big', 'T' || i, now() FROM generate_series(1, 100) i`,
+		`INSERT INTO team_members (team_id, member_id, created_at) VALUES ('team_3', 'om_7', now())`,
+		fmt.Sprintf(`INSERT INTO marketplaces (id, organization_id, name, created_by_member_id, created_at, updated_at)
+			SELECT 'mkt_' || i, 'org_big', 'M' || i, 'om_1', now() + i * interval '1 ms', now() FROM generate_series(1, %d) i`, markets),
+		fmt.Sprintf(`INSERT INTO marketplace_grants (marketplace_id, member_id, role, created_at)
+			SELECT 'mkt_' || k, 'om_' || i, 'viewer', now() FROM generate_series(1, %d) k, generate_series(1, %d) i WHERE i <> 7`, markets, n),
+		fmt.Sprintf(`INSERT INTO marketplace_grants (marketplace_id, team_id, role, created_at)
+			SELECT 'mkt_' || k, 'team_' || i, 'viewer', now() FROM generate_series(1, %d) k, generate_series(1, 100) i WHERE i <> 3`, markets),
+		`INSERT INTO marketplace_grants (marketplace_id, team_id, role, created_at) VALUES ('mkt_1', 'team_3', 'editor', now())`,
+		`INSERT INTO marketplace_grants (marketplace_id, member_id, role, created_at) VALUES ('mkt_2', 'om_7', 'manager', now())`,
+		`ANALYZE members`, `ANALYZE teams`, `ANALYZE team_members`, `ANALYZE marketplaces`, `ANALYZE marketplace_grants`,
+	} {
+		if _, err := st.Pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	return st
+}
+
+// grantRowsRead runs the statement r recorded under EXPLAIN ANALYZE and counts the rows
+// of marketplace_grants its plan read (returned or filtered out), with its scans.
+func grantRowsRead(t *testing.T, st *store.Store, r *recorder) (float64, []string) {
+	t.Helper()
+	var out []byte
+	if err := st.Pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, FORMAT JSON) `+r.sql, r.args...).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct{ Plan planNode }
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("plan %s: %v", out, err)
+	}
+	var read float64
+	var scans []string
+	var walk func(p planNode)
+	walk = func(p planNode) {
+		if p.Relation == "marketplace_grants" {
+			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
+			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
+		}
+		for _, c := range p.Plans {
+			walk(c)
+		}
+	}
+	walk(plans[0].Plan)
+	return read, scans
+}
