@@ -1,0 +1,1 @@
+DROP INDEX marketplace_grants_marketplace;
