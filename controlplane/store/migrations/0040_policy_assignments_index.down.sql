@@ -1,0 +1,1 @@
+DROP INDEX usage_policy_assignments_policy;

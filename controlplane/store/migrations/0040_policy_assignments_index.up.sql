@@ -1,0 +1,11 @@
+-- oldest-reader: 0
+-- A policy's assignments (store.ListUsagePolicies, UsagePolicyInOrg: GET
+-- /v1/gateway/usage-limit-policies, a policy's assignments, every change of a policy)
+-- are read by policy.
+-- usage_policy_assignments had only partial indexes on the policy, one per kind of
+-- target, none of which serves that read, so it walked every assignment of every
+-- organization: 0.75-2.6 s for a policy of one assignment among 103,000. An index only:
+-- builds that do not know it read as before. Created in the migration's transaction (the
+-- runner runs each migration in one): it holds off writes of assignments (admins'
+-- changes) while it builds, under a second at 100,000 assignments.
+CREATE INDEX usage_policy_assignments_policy ON usage_policy_assignments (policy_id);
