@@ -1,0 +1,1 @@
+DROP INDEX members_org_owners;
