@@ -17,7 +17,9 @@ import (
 // and misses 1% of its answers; enf-2 has a route without its credential from the
 // 10th minute on, and from then on its provider rejects most of its requests' credential
 // (401); enf-3 refuses half a request a second for want of the decoding budget
-// (decode_busy) and 1 in 10 of its provider's answers are 529. Each alert must fire for
+// (decode_busy) and 1 in 10 of its provider's answers are 529; enf-1's second route's
+// provider rejects its every request from the 14th minute (a small share of enf-1's
+// answers: the credential alert is a route's). Each alert must fire for
 // the enforcers named once its `for` has passed, and for nobody before. (The tests of
 // enforcer/gateway and controlplane/internalapi run the alerts on real registries'
 // series, internal/alerttest.) The rules are copied without their annotations, which
@@ -39,6 +41,9 @@ func TestGatewayAlertsFire(t *testing.T) {
 		series("enf-3", "busy", "0x30"), series("enf-3", "decode_busy", "0+30x30"), series("enf-3", "proxied", "0+600x30"),
 		series("enf-3", "no_credential", "0x30"), series("enf-3", "upstream_error", "0x30"), series("enf-3", "upstream_timeout", "0x30"),
 		answers("enf-3", "2xx", "0+540x30"), answers("enf-3", "401", "0x30"), answers("enf-3", "529", "0+60x30"),
+		// enf-1's Anthropic route: its key rejected from the 14th minute, 20 requests a
+		// minute beside the 600 of its busy route: 3% of enf-1's answers, all of its own.
+		routeAnswers("enf-1", "/v1/messages", "2xx", "0x31"), routeAnswers("enf-1", "/v1/messages", "401", "0x12 0+20x19"),
 	}, []any{
 		firing("3m", "TollgateGatewayBusy", "critical"), // pending: for 5m
 		firing("12m", "TollgateGatewayBusy", "critical", "enf-1", "enf-3"),
@@ -46,7 +51,7 @@ func TestGatewayAlertsFire(t *testing.T) {
 		firing("15m", "TollgateGatewayUpstreamFailing", "warning", "enf-1", "enf-3"),
 		firing("9m", "TollgateGatewayCredentialRejected", "critical"),
 		firing("17m", "TollgateGatewayCredentialRejected", "critical"), // above half from 14m, pending: for 5m
-		firing("20m", "TollgateGatewayCredentialRejected", "critical", "enf-2"),
+		firingRoutes("20m", "TollgateGatewayCredentialRejected", "critical", "enf-1", "/v1/messages", "enf-2", "/"),
 		firing("9m", "TollgateGatewayNoCredential", "critical"),
 		firing("13m", "TollgateGatewayNoCredential", "critical"), // pending: for 5m
 		firing("18m", "TollgateGatewayNoCredential", "critical", "enf-2"),
@@ -63,7 +68,12 @@ func gatewayRequests(instance, outcome, values string) map[string]string {
 // gatewayAnswers is a promtool input series of an enforcer's (instance) provider answers
 // of status class or code (tollgate_enforcer_gateway_upstream_responses_total).
 func gatewayAnswers(instance, code, values string) map[string]string {
-	return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",code="` + code + `"}`,
+	return routeAnswers(instance, "/", code, values)
+}
+
+// routeAnswers is gatewayAnswers of one route (its prefix).
+func routeAnswers(instance, route, code, values string) map[string]string {
+	return map[string]string{"series": `tollgate_enforcer_gateway_upstream_responses_total{instance="` + instance + `",route="` + route + `",code="` + code + `"}`,
 		"values": values}
 }
 
@@ -231,6 +241,15 @@ func firing(at, alert, severity string, instances ...string) map[string]any {
 	exp := []any{}
 	for _, in := range instances {
 		exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": severity, "instance": in}})
+	}
+	return map[string]any{"eval_time": at, "alertname": alert, "exp_alerts": exp}
+}
+
+// firingRoutes is firing of an alert by route: pairs of instance and route.
+func firingRoutes(at, alert, severity string, instanceRoutes ...string) map[string]any {
+	exp := []any{}
+	for i := 0; i+1 < len(instanceRoutes); i += 2 {
+		exp = append(exp, map[string]any{"exp_labels": map[string]string{"severity": severity, "instance": instanceRoutes[i], "route": instanceRoutes[i+1]}})
 	}
 	return map[string]any{"eval_time": at, "alertname": alert, "exp_alerts": exp}
 }

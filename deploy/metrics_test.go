@@ -40,7 +40,12 @@ var programs = []program{
 		m := cpmetrics.New(reg)
 		httpapi.New(httpapi.Deps{Metrics: m}) // creates the series of every route
 	}},
-	{"enforcer", func(reg prometheus.Registerer) { metrics.New(reg) }},
+	// A fresh enforcer whose gateway has one upstream (TOLLGATE_GATEWAY_UPSTREAM: route
+	// "/"), as gateway.New creates its routes' series.
+	{"enforcer", func(reg prometheus.Registerer) {
+		m := metrics.New(reg)
+		metrics.CreateGatewayUpstreamSeries(m.GatewayUpstreamResponses, []string{"/"})
+	}},
 }
 
 // family is one registered metric.

@@ -212,12 +212,19 @@ func inputOf(h *authv3.AttributeContext_HttpRequest, route *structpb.Struct) che
 }
 
 // Check answers one ext_authz check. A request whose query asks for an answer the
-// usage reader cannot read is refused before it is checked, as the gateway refuses it
-// (gate.ResponseFormatRefusal).
+// usage reader cannot read (gate.ResponseFormatRefusal), or whose path has a dot segment
+// (gate.PathRefusal), is refused before it is checked, as the gateway refuses it.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	if f, refused := gate.MethodRefusal(h.GetMethod()); refused {
 		return FormDenied(f), nil
+	}
+	// A dot segment, as the gateway and /check refuse it: Envoy sends the path on as it
+	// came (the shipped envoy.yaml does not normalize paths), and an upstream that
+	// resolves it runs another path than the one judged ("/v1/batches/." is a batch
+	// there, and named none to the deferred-billing refusal).
+	if path, _, _ := strings.Cut(h.GetPath(), "?"); requestbody.EscapedDotSegment(path) {
+		return FormDenied(gate.PathRefusal()), nil
 	}
 	in := inputOf(h, RouteMetadata(req))
 	if in.unreadable != "" {
@@ -297,8 +304,13 @@ func RequestBody(h *authv3.AttributeContext_HttpRequest) []byte {
 // it deems internal (an RFC 1918 address by default, so every pod and container):
 // retried or hedged, one admitted request ran upstream several times, each try billed
 // by the provider and the request charged once. The router reads them after this
-// filter, so removed here they are never obeyed.
-var neverUpstream = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
+// filter, so removed here they are never obeyed. Then the client's billing-scope headers
+// (credential.BillingScopeHeaders: which of the operator's OpenAI organizations or
+// projects, or Google projects, pays); an operator's route may set its own with
+// request_headers_to_add, which Envoy applies after this filter. And the client's
+// cookies: a browser's cookies for Envoy's host are not the provider's to read.
+var neverUpstream = []string{"openai-organization", "openai-project", "x-goog-user-project", "cookie",
+	"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
 	"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes",
 	"x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms",
 	"x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}

@@ -11,6 +11,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
+	"github.com/tollgate-dev/tollgate/enforcer/requestbody"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/pricecatalog"
 )
 
@@ -84,7 +86,7 @@ func TestUsageLimitRefusalSaysDoNotRetry(t *testing.T) {
 
 // alwaysRemoved are the headers every admission removes from the upstream request, after
 // the credentials (a contract: docs/enforcer.md, "Credentials stay home").
-var alwaysRemoved = []string{"x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
+var alwaysRemoved = []string{"openai-organization", "openai-project", "x-goog-user-project", "cookie", "x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
 	"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes", "x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms", "x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}
 
 // On admit the member's Tollgate credential never goes upstream, and the provider's
@@ -373,6 +375,55 @@ func TestEnvoyRouterControlHeadersNeverReachTheRouter(t *testing.T) {
 		"x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"} {
 		if !slices.Contains(removed, h) {
 			t.Errorf("headers_to_remove %v: %s reaches Envoy's router", removed, h)
+		}
+	}
+}
+
+// Through Tollgate the provider's credential is the operator's: a member who sent
+// OpenAI-Organization, OpenAI-Project or X-Goog-User-Project chose which of the
+// operator's organizations or projects paid (the OpenAI SDKs send the first two from
+// OPENAI_ORG_ID and OPENAI_PROJECT_ID), and the browser's cookies for Envoy's host went to
+// the provider. Every admission removes them; an operator's route sets its own after.
+func TestBillingScopeHeadersNeverReachTheProvider(t *testing.T) {
+	in := inputOf(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/chat/completions",
+		Headers: map[string]string{"x-api-key": "tgk_k", "openai-organization": "org-members-own", "openai-project": "proj_other",
+			"x-goog-user-project": "someone-elses", "cookie": "session=abc"}}, nil)
+	a := gate.Answer{Status: 200, Decision: gate.Admitted, Reason: gate.ReasonWithinLimit, RequestID: "req_1"}
+	removed := New(nil, Upstream{Authorization: "Bearer sk-provider"}).admitted(&a, &in).GetOkResponse().GetHeadersToRemove()
+	for _, h := range append(slices.Clone(credential.BillingScopeHeaders), "Cookie") {
+		if !slices.Contains(removed, strings.ToLower(h)) {
+			t.Errorf("headers_to_remove %v: the client's %s reaches the provider", removed, h)
+		}
+	}
+}
+
+// Envoy sends the path on as it came (the shipped envoy.yaml does not normalize paths),
+// and ext_authz judged it as written: "/v1/batches/." named no batch (admitted), where an
+// upstream that resolves dot segments (nginx, Tomcat, CDNs) ran a batch, billed later out
+// of sight, the deferred-billing refusal notwithstanding. Refused 400 before the check,
+// as the gateway and /check refuse it (the server's gate is nil here: a check would
+// panic). Dots inside a segment are no dot segment.
+func TestDotSegmentsAreRefusedBeforeTheCheck(t *testing.T) {
+	s := New(nil, Upstream{})
+	check := func(path string) *authv3.CheckResponse {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+			Http: &authv3.AttributeContext_HttpRequest{Method: "POST", Path: path, Headers: map[string]string{"x-api-key": "tgk_k"}}}}}
+		resp, err := s.Check(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return resp
+	}
+	for _, path := range []string{"/v1/batches/.", "/v1/batches/x/..", "/v1/batches/x/%2e%2E", "/v1/batches/x/..%2F", "/v1/batches/x/..;",
+		`/v1/batches/x\..`, "/v1/batches/x/%5C..", "/v1/./chat/completions?stream=true", "/v1/batches/%zz/.."} {
+		d := check(path).GetDeniedResponse()
+		if d.GetStatus().GetCode() != 400 || !strings.Contains(d.GetBody(), gate.CodePathUnsupported) {
+			t.Errorf("%s: %v, want 400 %s", path, d, gate.CodePathUnsupported)
+		}
+	}
+	for _, path := range []string{"/v1/files/..abc", "/v1/files/a;..", "/v1/files/%2e%2e%2e"} {
+		if requestbody.EscapedDotSegment(path) {
+			t.Errorf("%s: read as a dot segment", path)
 		}
 	}
 }

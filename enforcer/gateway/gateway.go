@@ -63,6 +63,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/streamoptions"
 	"github.com/tollgate-dev/tollgate/enforcer/usagechunk"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
 	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/relaybody"
@@ -119,8 +120,8 @@ type Metrics struct {
 	// FirstByte observes the seconds from sending the upstream request to its response
 	// headers.
 	FirstByte prometheus.Observer
-	// Upstream counts the upstream's answers by status (metrics.GatewayUpstreamCode);
-	// nil counts nothing.
+	// Upstream counts the upstream's answers by route (its prefix) and status
+	// (metrics.GatewayUpstreamCode); nil counts nothing.
 	Upstream *prometheus.CounterVec
 }
 
@@ -263,6 +264,7 @@ func New(cfg Config, g Checker, t Tracker, limits responseusage.Limits, m Metric
 		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 		gw.up = newTransport(cfg, d.DialContext)
 	}
+	gw.createUpstreamSeries()
 	return gw, nil
 }
 
@@ -1527,7 +1529,11 @@ func anyParam(rawQuery string, f func(requestbody.QueryParam) bool) bool {
 // names. So are the client's forwarding headers (X-Forwarded-*, Forwarded, X-Real-IP):
 // the gateway is the upstream's client, and an upstream that trusts it as a proxy would
 // take the address, host and scheme the member wrote there as the gateway's word
-// (net/http/httputil's ReverseProxy drops them too, before its Rewrite).
+// (net/http/httputil's ReverseProxy drops them too, before its Rewrite). So are the
+// client's billing-scope headers (credential.BillingScopeHeaders: which of the operator's
+// OpenAI organizations or projects, or Google projects, pays), replaced by the route's
+// headers when it sets them, and its cookies: the browser's cookies for the gateway's host
+// (any service on that host, whatever its port) are not the provider's to read.
 func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket bool) {
 	copyHeaders(out, in)
 	out.Del("Authorization")
@@ -1541,11 +1547,18 @@ func (p *proxied) upstreamHeader(out, in http.Header, cred string, webSocket boo
 	out.Del("X-Method-Override")
 	out.Del("Forwarded") // X-Forwarded-* below
 	out.Del("X-Real-Ip")
+	for _, h := range credential.BillingScopeHeaders {
+		out.Del(h)
+	}
+	out.Del("Cookie")
 	for k := range out {
 		if strings.HasPrefix(k, "X-Service-") || strings.HasPrefix(k, "X-Forwarded-") ||
 			webSocket && strings.HasPrefix(k, "Sec-Websocket-") {
 			delete(out, k)
 		}
+	}
+	for k, v := range p.route.Headers {
+		out.Set(k, v)
 	}
 	if p.route.Header != "" {
 		out.Set(p.route.Header, cred)

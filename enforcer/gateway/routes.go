@@ -48,6 +48,11 @@ type Route struct {
 	// one of them (requestbody.AzureDeployment) is checked, reserved and noted for its
 	// settlement at that model (deploymentModel). nil: every request is read as today.
 	Deployments map[string]string
+	// Headers are set on every request this route sends upstream (canonical names), over
+	// whatever the client sent under them: the routes file's headers, such as the
+	// operator's OpenAI-Project, which a client's never replaces
+	// (credential.BillingScopeHeaders are dropped from every request). nil: none.
+	Headers map[string]string
 }
 
 // deploymentModel is the model of the Azure OpenAI deployment path names, when the route
@@ -115,6 +120,8 @@ type routesFile struct {
 		// Deployments maps the route's Azure OpenAI deployment names to the models they
 		// run (Route.Deployments).
 		Deployments map[string]string `yaml:"deployments"`
+		// Headers are set on each request the route sends (Route.Headers).
+		Headers map[string]string `yaml:"headers"`
 		// Google: the route's credential is a Google access token (Vertex AI), from
 		// CredentialsFile or, when it is empty, Application Default Credentials.
 		Google *struct {
@@ -243,6 +250,9 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		if rt.Deployments, err = deployments(r.Deployments); err != nil {
 			return nil, fmt.Errorf("routes[%d]: deployments: %w", i, err)
 		}
+		if rt.Headers, err = setHeaders(r.Headers, rt.Header); err != nil {
+			return nil, fmt.Errorf("routes[%d]: headers: %w", i, err)
+		}
 		out = append(out, rt)
 	}
 	return out, nil
@@ -273,6 +283,45 @@ func deployments(in map[string]string) (map[string]string, error) {
 				name, model, requestbody.MaxModelBytes)
 		}
 		out[name] = model
+	}
+	return out, nil
+}
+
+// gatewayOwnedHeaders are the request headers a route's headers may not set: the
+// gateway writes them itself (the credentials, the request's id, its framing and
+// coding, what the client's request is judged by) or they belong to one hop.
+var gatewayOwnedHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key", "Host",
+	"Content-Length", "Content-Encoding", "Content-Type", "Transfer-Encoding", "Expect", "Accept-Encoding",
+	"X-Goog-Fieldmask", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "Cookie"}
+
+// setHeaders checks a route's headers: names of request headers the gateway does not own
+// (gatewayOwnedHeaders, the route's credential header, hop-by-hop ones, X-Service-*,
+// X-Forwarded-*, Forwarded), each given once whatever its case, with a value that is a
+// valid header value and not empty (a route that should send none says nothing). The
+// credential goes in credentialFile or credentialEnv, never here: this file is not a
+// secret. nil for none.
+func setHeaders(in map[string]string, credentialHeader string) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	names := slices.Sorted(maps.Keys(in)) // the first bad one, the same at every start
+	out := make(map[string]string, len(in))
+	for _, name := range names {
+		k := http.CanonicalHeaderKey(name)
+		switch {
+		case !validHeaderName(name):
+			return nil, fmt.Errorf("%q is not a header name", name)
+		case out[k] != "":
+			return nil, fmt.Errorf("%s is given twice", k)
+		case k == credentialHeader || slices.Contains(gatewayOwnedHeaders, k):
+			return nil, fmt.Errorf("%s is the gateway's to set (a credential goes in credentialFile or credentialEnv)", k)
+		case isHopByHop(k) || k == "Forwarded" || strings.HasPrefix(k, "X-Service-") || strings.HasPrefix(k, "X-Forwarded-"):
+			return nil, fmt.Errorf("%s is the gateway's to set", k)
+		case in[name] == "" || !credential.ValidHeaderValue(in[name]):
+			// The value is shown: a header here is no secret (see above).
+			return nil, fmt.Errorf("%s: %q is not a header value (empty, leading or trailing space, or a control character)", k, in[name])
+		}
+		out[k] = in[name]
 	}
 	return out, nil
 }

@@ -90,8 +90,8 @@ func TestUpstreamAnswersAreCountedLoggedAndAlerted(t *testing.T) {
 				}
 				<-tr.done
 			}
-			if got := testutil.ToFloat64(m.GatewayUpstreamResponses.WithLabelValues(tc.code)); got != n {
-				t.Errorf("upstream_responses_total{code=%q} = %v, want %d", tc.code, got, n)
+			if got := testutil.ToFloat64(m.GatewayUpstreamResponses.WithLabelValues("/openai", tc.code)); got != n {
+				t.Errorf("upstream_responses_total{route=\"/openai\",code=%q} = %v, want %d", tc.code, got, n)
 			}
 			line := `msg="gateway: upstream rejected the route's credential"`
 			if got := strings.Count(logs.String(), line); tc.logged && got != 1 || !tc.logged && got != 0 {
@@ -111,6 +111,61 @@ func TestUpstreamAnswersAreCountedLoggedAndAlerted(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// One route's key revoked among busier routes: every request of that route fails, but
+// its 401s were a small share of the enforcer's answers, and
+// TollgateGatewayCredentialRejected, which compared them with all of them, never fired.
+// The answers are counted by route now and the alert's ratio is a route's: 2 requests a
+// minute of a revoked Anthropic key beside 30 good OpenAI ones fire it for that route;
+// the good route's answers fire nothing.
+func TestOneRoutesRejectedCredentialIsAlertedAmongBusierRoutes(t *testing.T) {
+	mk := func(status int) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, `{"model":"gpt-4o-mini","usage":{"prompt_tokens":7,"completion_tokens":5}}`)
+		}))
+	}
+	good, revoked := mk(200), mk(401)
+	defer good.Close()
+	defer revoked.Close()
+	openai, err := gateway.NewRoute("/", good.URL, "", "Bearer sk-openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anthropic, err := gateway.NewRoute("/v1/messages", revoked.URL, "x-api-key", "sk-ant-revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	tr := newTracker()
+	gw, err := gateway.New(gateway.Config{Routes: []gateway.Route{openai, anthropic}}, &fakeGate{}, tr, responseusage.Limits{},
+		catalogueMetrics(m), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+	before := alerttest.Scrape(t, reg, "enforcer")
+	for i := range 32 {
+		path := "/v1/chat/completions"
+		if i%16 == 0 {
+			path = "/v1/messages"
+		}
+		res := post(t, front.URL+path, "tgk_good", chatBody)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		<-tr.done
+	}
+	if got := testutil.ToFloat64(m.GatewayUpstreamResponses.WithLabelValues("/v1/messages", "401")); got != 2 {
+		t.Fatalf("upstream_responses_total{route=\"/v1/messages\",code=\"401\"} = %v, want 2", got)
+	}
+	firing := alerttest.Firing(t, before, alerttest.Scrape(t, reg, "enforcer"))
+	if !slices.Contains(firing, "TollgateGatewayCredentialRejected") {
+		t.Errorf("one route's every answer a 401 for 90 minutes: TollgateGatewayCredentialRejected not firing (firing: %v)", firing)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/gate"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/window"
 )
 
@@ -82,6 +84,13 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 				}
 			}
 		}
+		// Nor the member's choice of the operator's organization or project, nor cookies.
+		for _, h := range append(slices.Clone(credential.BillingScopeHeaders), "Cookie") {
+			if v := r.Header.Values(h); len(v) != 0 {
+				http.Error(rw, fmt.Sprintf("the client's %s reached the upstream: %q", h, v), 400)
+				return
+			}
+		}
 		if got := r.Header.Get("Authorization"); got != wantAuthorization {
 			http.Error(rw, fmt.Sprintf("Authorization %q, want %q", got, wantAuthorization), 400)
 			return
@@ -122,6 +131,11 @@ func caddyForwardAuth(t *testing.T, env []string, via string, wantAuthorization,
 			req.Header.Set(via, w.Key)
 		}
 		req.Header.Set("X-Service-Request-Id", "req_chosenbytheclient") // must not reach the upstream
+		// Nor these (credential.BillingScopeHeaders), nor the cookies.
+		req.Header.Set("OpenAI-Organization", "org-members-own")
+		req.Header.Set("OpenAI-Project", "proj_members_pick")
+		req.Header.Set("X-Goog-User-Project", "members-project")
+		req.Header.Set("Cookie", "console_session=secret")
 		for i := 0; i+1 < len(extra); i += 2 {
 			req.Header.Set(extra[i], extra[i+1])
 		}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -199,25 +198,15 @@ func original(r *http.Request) (method, path, rawQuery string) {
 	return method, path, strings.ReplaceAll(rawQuery, ";", "&")
 }
 
-// dotSegment tells whether the path the proxy asks about has a dot segment, in any
-// encoding (requestbody.DotSegment of the path decoded; X-Forwarded-Uri's comes as it
-// was sent): the proxy sends the path on as it came, and an upstream that resolves it
-// runs another path than the one judged ("/v1/batches/." is a batch there, and named
-// none to deferredRefusal). The gateway refuses it too.
-func dotSegment(path string) bool {
-	if p, err := url.PathUnescape(path); err == nil {
-		path = p
-	}
-	return requestbody.DotSegment(path)
-}
-
 // methodOverrides are the headers naming another method than the request's own.
 var methodOverrides = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
 
 // formRefusal is the refusal of a request whose form the gateway and ext_authz make
 // harmless and a forward-auth proxy cannot, since its answer cannot change the request:
-// a path with a dot segment (dotSegment: the gateway refuses it too, and Envoy's
-// ext_authz sees the path Envoy sends on), a method override, a header's or the query's $httpMethod (the gateway and ext_authz
+// a path with a dot segment (requestbody.EscapedDotSegment, X-Forwarded-Uri's as it
+// was sent: the proxy sends the path on as it came, and an upstream that resolves it
+// runs another path than the one judged, "/v1/batches/." a batch that named none to
+// deferredRefusal; the gateway and ext_authz refuse it too), a method override, a header's or the query's $httpMethod (the gateway and ext_authz
 // remove it: the request is judged by its own method, and a PUT that Google runs as a
 // POST escaped the deferred-billing and unbilled judgments), a query asking for an answer the usage reader cannot read
 // (requestbody.UnreadableAnswer, refused by all three), and Google's response field mask
@@ -225,7 +214,7 @@ var methodOverrides = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Met
 // reporter settles by). Each is judged as the gateway judges it, a parameter's name
 // decoded.
 func formRefusal(h http.Header, method, path, rawQuery string) (gate.FormRefusal, bool) {
-	if dotSegment(path) {
+	if requestbody.EscapedDotSegment(path) {
 		return gate.PathRefusal(), true
 	}
 	if f, refused := gate.MethodRefusal(method); refused {

@@ -113,9 +113,12 @@ type Metrics struct {
 	GatewayRequests *prometheus.CounterVec
 	GatewayActive   prometheus.Gauge
 	// GatewayUpstreamResponses counts the answers the gateway's upstreams gave (every
-	// outcome="proxied" request, and a WebSocket handshake's answer), by status
-	// (GatewayUpstreamCode): a provider refusing the route's credential (401, 403) or
-	// failing (5xx, 529) answers, and the request is proxied all the same.
+	// outcome="proxied" request, and a WebSocket handshake's answer), by route (its
+	// prefix: a bounded set, the routes file's) and status (GatewayUpstreamCode): a
+	// provider refusing the route's credential (401, 403) or failing (5xx, 529) answers,
+	// and the request is proxied all the same. By route, since one route's revoked key
+	// among busier routes is a small share of the enforcer's answers. The gateway
+	// creates its routes' series (gateway.New).
 	GatewayUpstreamResponses *prometheus.CounterVec
 	// RequestDecodes is the compressed request bodies holding a share of the decoding
 	// budget now (requestbody.Decoding), both front doors.
@@ -169,6 +172,18 @@ var GatewayOutcomes = []string{"proxied", "refused", "no_route", "busy", "body_t
 // construction.
 var GatewayUpstreamCodes = []string{"101", "2xx", "400", "401", "403", "404", "408", "429", "500", "502", "503", "504", "529",
 	"other_4xx", "other_5xx", "other"}
+
+// CreateGatewayUpstreamSeries creates the GatewayUpstreamResponses series of every
+// route (routes, their prefixes) and code at 0, so that a rate over them, and an alert's
+// ratio, exists before a first answer. The gateway calls it with its routes
+// (gateway.New): the catalogue cannot, not knowing them.
+func CreateGatewayUpstreamSeries(v *prometheus.CounterVec, routes []string) {
+	for _, route := range routes {
+		for _, code := range GatewayUpstreamCodes {
+			v.WithLabelValues(route, code)
+		}
+	}
+}
 
 // GatewayUpstreamCode is the code label of an upstream's status.
 func GatewayUpstreamCode(status int) string {
@@ -428,8 +443,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		GatewayUpstreamResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_enforcer_gateway_upstream_responses_total",
-			Help: "Answers of the inference gateway's upstreams (the requests counted outcome=\"proxied\", and WebSocket handshakes), by status: 101 (a WebSocket opened), 2xx, 400, 401 and 403 (the provider rejects the route's credential, logged \"gateway: upstream rejected the route's credential\"), 404, 408, 429, 500, 502, 503, 504, 529 (overloaded), other_4xx, other_5xx, other.",
-		}, []string{"code"}),
+			Help: "Answers of the inference gateway's upstreams (the requests counted outcome=\"proxied\", and WebSocket handshakes), by route (the routes file's prefix; / for TOLLGATE_GATEWAY_UPSTREAM alone) and status: 101 (a WebSocket opened), 2xx, 400, 401 and 403 (the provider rejects the route's credential, logged \"gateway: upstream rejected the route's credential\"), 404, 408, 429, 500, 502, 503, 504, 529 (overloaded), other_4xx, other_5xx, other.",
+		}, []string{"route", "code"}),
 		GatewayActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_enforcer_gateway_active_requests",
 			Help: "Requests the inference gateway is proxying now (streams included).",
@@ -485,7 +500,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.Settlements: settleOutcomes, m.SettleSentAgain: sentAgainOutcomes, m.MirrorRebuilds: MirrorRebuildActions, m.SettledCostBasis: costBases, m.ExtProcStreams: extprocStreamResults,
 		m.ExtProcRequestBodies: requestBodyResults, m.SettleSpoolDropped: spoolDropReasons, m.InvalidationsReceived: invalidationKinds,
 		m.GatewayRequests: gatewayOutcomes, m.Reservations: ReservationBases, m.ContainerCharges: ContainerChargeResults,
-		m.SpeculativeStarts: SpeculativeStartResults, m.GatewayUpstreamResponses: GatewayUpstreamCodes,
+		m.SpeculativeStarts:    SpeculativeStartResults,
 		m.MemberCacheEvictions: MemberCaches, m.StreamOptionsShareErrors: shareOps,
 	} {
 		for _, x := range values {

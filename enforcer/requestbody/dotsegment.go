@@ -21,3 +21,15 @@ func DotSegment(path string) bool {
 	}
 	return false
 }
+
+// escapedDots decodes what can make a dot segment of a path as sent: the dot, the slash
+// and the backslash, in either case of their hex digits.
+var escapedDots = strings.NewReplacer("%2e", ".", "%2E", ".", "%2f", "/", "%2F", "/", "%5c", `\`, "%5C", `\`)
+
+// EscapedDotSegment is DotSegment of a path as sent, undecoded (Envoy's :path before its
+// query, a forward-auth proxy's X-Forwarded-Uri). Only the dot, the slash and the
+// backslash are decoded, so that a malformed escape elsewhere in the path (which a
+// whole-path decoder refuses) hides none.
+func EscapedDotSegment(rawPath string) bool {
+	return DotSegment(escapedDots.Replace(rawPath))
+}

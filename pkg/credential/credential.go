@@ -80,3 +80,16 @@ func IsTollgateToken(tok string) bool {
 func ValidHeaderValue(v string) bool {
 	return strings.TrimSpace(v) == v && !strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
 }
+
+// BillingScopeHeaders are the request headers (canonical names) by which a client picks
+// which of a provider credential's organizations or projects a request runs and bills
+// under: OpenAI's OpenAI-Organization and OpenAI-Project, and Google's
+// X-Goog-User-Project (the quota and billing project of a Google credential). Through
+// Tollgate the credential is the operator's, never the member's: a member who could name
+// them would choose which of the operator's organizations or projects pays, past the
+// operator's own per-project budgets and limits (and a developer whose SDK sends
+// OPENAI_ORG_ID from their own environment would be answered 401 for an organization the
+// operator's key is not in). So no front door forwards a client's; an operator who
+// wants one says it per route (the gateway's routes file, `headers`; Envoy's route
+// request_headers_to_add, applied after ext_authz).
+var BillingScopeHeaders = []string{"Openai-Organization", "Openai-Project", "X-Goog-User-Project"}
