@@ -252,8 +252,8 @@ const initialCheckTimeout = 30 * time.Second
 //     load balancers and enforcers' health checks notice; each REST answer ends its
 //     connection (Connection: close), so that kept connections move elsewhere;
 //  2. drain the REST and gRPC servers together within what is left of the shutdown
-//     deadline (the gRPC
-//     calls still running at the deadline are cut): settlements in flight commit;
+//     deadline (the REST requests and gRPC calls still running at the deadline are
+//     cut): settlements in flight commit;
 //  3. stop the ledger: its lanes stop, queued items are answered with an error (the
 //     callers retry them), and the mirror refreshes of committed batches finish;
 //  4. stop the mirror's maintenance loop;
@@ -311,7 +311,16 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	lifecycle.DelayShutdown(c.cfg.ShutdownDelay, c.log)
 	// 2.
 	restDone := make(chan struct{})
-	go func() { _ = restSrv.Shutdown(shutCtx); close(restDone) }()
+	go func() {
+		defer close(restDone)
+		if restSrv.Shutdown(shutCtx) != nil {
+			// A request still running at the deadline is cut: closing its connection
+			// ends its context and so its query. Left running, it held its pool
+			// connection, and the serve subcommand's close of the pool waited for it
+			// past the timeout, until the kubelet killed the pod.
+			_ = restSrv.Close()
+		}
+	}()
 	stopped := make(chan struct{})
 	go func() { c.GRPC.GracefulStop(); close(stopped) }()
 	select {

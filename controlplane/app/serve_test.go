@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +258,63 @@ func TestShutdownDelayEndsKeptConnections(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// TestShutdownCutsARESTRequestStillRunningAtTheDeadline: a REST request still running
+// at the shutdown's deadline (here a sign-in waiting on a lock) is cut, its query
+// cancelled with it. Until 2026-12-07 it was left running after Serve returned, holding
+// its pool connection: the serve subcommand's close of the pool waited for it past
+// TOLLGATE_SHUTDOWN_TIMEOUT, until the kubelet killed the pod at its grace period.
+func TestShutdownCutsARESTRequestStillRunningAtTheDeadline(t *testing.T) {
+	e := at.New(t, at.Options{})
+	sv := serveControlPlane(t, e, 2*time.Second, 0, io.Discard)
+	ctx := context.Background()
+	lock, err := e.Store.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, `LOCK TABLE users IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		res, err := http.Post("http://"+sv.lns.REST.Addr().String()+"/v1/auth/sign-in", "application/json",
+			strings.NewReader(`{"email":"someone@example.com","password":"a-password-of-length"}`))
+		if err == nil {
+			_, err = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		answered <- err
+	}()
+	waiting := func() int {
+		var n int
+		_ = e.Store.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%users%'`).Scan(&n)
+		return n
+	}
+	waitFor(t, "the sign-in waiting for the lock", func() bool { return waiting() > 0 })
+
+	sv.stop() // SIGTERM
+	select {
+	case err := <-sv.done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for waiting() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sign-in's query still waits after Serve returned: the pool cannot close until the lock is released")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-answered:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the sign-in's client is still waiting after Serve returned")
 	}
 }
