@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/lifecycle"
 	"github.com/tollgate-dev/tollgate/pkg/listen"
 	"github.com/tollgate-dev/tollgate/pkg/logging"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/redisconf"
 	"github.com/tollgate-dev/tollgate/pkg/tlsreload"
 )
@@ -347,7 +348,7 @@ func upstreamCredential(v *string, file, name string, getenv func(string) string
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return []string{fmt.Sprintf("%s_FILE: %v", name, err)}
+			return []string{fmt.Sprintf("%s_FILE: %v", name, redact.FileError("", err))}
 		}
 		*v = strings.TrimRight(string(b), "\r\n")
 		if *v == "" {

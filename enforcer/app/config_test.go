@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -260,5 +261,67 @@ func TestMemberCapacityBoundsEachCache(t *testing.T) {
 		if got := testutil.CollectAndCount(e.reg, "tollgate_enforcer_member_cache_entries"); got != 3 {
 			t.Errorf("member capacity %d: %d series of tollgate_enforcer_member_cache_entries, want one a cache", n, got)
 		}
+	}
+}
+
+// A setting that names the file of a secret is at times given the secret itself: the
+// provider's "Bearer sk-..." in TOLLGATE_UPSTREAM_AUTHORIZATION_FILE, a PEM key in
+// TOLLGATE_GATEWAY_TLS_KEY, a service account's JSON in a route's google
+// credentialsFile. No such file opens, and the start's problems (printed to stderr,
+// which is the log) must say which setting is wrong without quoting what it holds: os's
+// error quoted the name whole ("open Bearer sk-...: no such file or directory").
+func TestSecretGivenInPlaceOfItsFileIsNotQuoted(t *testing.T) {
+	dir := t.TempDir()
+	pair := testtls.NewCA(t, "config test CA").Server(t)
+	pemKey, err := os.ReadFile(pair.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bearer = "Bearer sk-live-Qa7Zk9Xm3Wp5"
+	const jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJRYTdaazkifQ.c2lnbmF0dXJlWG0z"
+	const googleJSON = `{"type":"service_account","client_email":"a@b.iam.gserviceaccount.com","private_key":"-----BEGIN PRIVATE KEY-----\nGk4Rt8Vb2\n"}`
+	route := func(cred string) map[string]string {
+		f := writeFile(t, dir, fmt.Sprintf("routes-%d.yaml", len(cred)), "routes:\n  - prefix: /\n    upstream: https://api.example.com\n"+cred)
+		return map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_ROUTES": f}
+	}
+	quoted, _ := json.Marshal(googleJSON)
+	for _, tc := range []struct {
+		name, secret, setting string
+		env                   map[string]string
+	}{
+		{"TOLLGATE_UPSTREAM_AUTHORIZATION_FILE", bearer, "TOLLGATE_UPSTREAM_AUTHORIZATION_FILE",
+			map[string]string{"TOLLGATE_UPSTREAM_AUTHORIZATION_FILE": bearer}},
+		{"TOLLGATE_UPSTREAM_API_KEY_FILE", "sk-ant-Qa7Zk9Xm3Wp5", "TOLLGATE_UPSTREAM_API_KEY_FILE",
+			map[string]string{"TOLLGATE_UPSTREAM_API_KEY_FILE": "sk-ant-Qa7Zk9Xm3Wp5"}},
+		{"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION_FILE", bearer, "TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION_FILE",
+			map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.example.com",
+				"TOLLGATE_GATEWAY_UPSTREAM_AUTHORIZATION_FILE": bearer}},
+		{"TOLLGATE_GATEWAY_TLS_KEY", string(pemKey), "TOLLGATE_GATEWAY_TLS_CERT/KEY",
+			map[string]string{"TOLLGATE_GATEWAY_ADDR": "127.0.0.1:0", "TOLLGATE_GATEWAY_UPSTREAM": "https://api.example.com",
+				"TOLLGATE_GATEWAY_TLS_CERT": pair.CertFile, "TOLLGATE_GATEWAY_TLS_KEY": string(pemKey)}},
+		{"TOLLGATE_CONTROLPLANE_TLS_KEY", string(pemKey), "TOLLGATE_CONTROLPLANE_TLS_CERT/KEY",
+			map[string]string{"TOLLGATE_CONTROLPLANE_TLS_CERT": pair.CertFile, "TOLLGATE_CONTROLPLANE_TLS_KEY": string(pemKey)}},
+		{"a route's credentialFile", bearer, "credentialFile", route("    credentialFile: " + bearer + "\n")},
+		{"a route's clientSecretFile", "Qa7Zk9~Xm3Wp5", "clientSecretFile",
+			route("    oauth2:\n      tokenURL: https://login.example.com/token\n      clientID: tg\n      clientSecretFile: Qa7Zk9~Xm3Wp5\n")},
+		{"a route's clientAssertionFile", jwt, "clientAssertionFile",
+			route("    oauth2:\n      tokenURL: https://login.example.com/token\n      clientID: tg\n      clientAssertionFile: " + jwt + "\n")},
+		{"a route's google credentialsFile", googleJSON, "credentialsFile",
+			route("    google:\n      credentialsFile: " + string(quoted) + "\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(nil, func(k string) string { return tc.env[k] }, io.Discard)
+			if err == nil {
+				t.Fatal("the configuration was taken")
+			}
+			if !strings.Contains(err.Error(), tc.setting) {
+				t.Errorf("the problem does not name %s: %v", tc.setting, err)
+			}
+			for _, part := range []string{"Qa7Zk9", "Gk4Rt8Vb2", strings.Split(string(pemKey), "\n")[1][:16], jwt[24:44]} {
+				if strings.Contains(tc.secret, part) && strings.Contains(err.Error(), part) {
+					t.Errorf("the problem quotes the secret: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/googleauth"
 	"github.com/tollgate-dev/tollgate/enforcer/oauthclient"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // Signer signs a request as it goes upstream; body is its body, streamed true when the
@@ -60,7 +61,7 @@ func oauthTokens(tokenURL, clientID, secretFile, secretEnv, assertionFile string
 	case secretFile != "":
 		b, err := os.ReadFile(secretFile)
 		if err != nil {
-			return nil, err
+			return nil, redact.FileError("clientSecretFile", err)
 		}
 		if cfg.ClientSecret = strings.TrimRight(string(b), "\r\n"); cfg.ClientSecret == "" {
 			return nil, fmt.Errorf("clientSecretFile %s is empty", secretFile)

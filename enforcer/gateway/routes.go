@@ -216,7 +216,7 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 		case r.CredentialFile != "":
 			b, err := os.ReadFile(r.CredentialFile)
 			if err != nil {
-				return nil, fmt.Errorf("routes[%d]: %w", i, err)
+				return nil, fmt.Errorf("routes[%d]: %w", i, redact.FileError("credentialFile", err))
 			}
 			// Refused empty, as credentialEnv is and TOLLGATE_*_FILE are: a Secret key
 			// mounted before it was filled would otherwise send the provider no

@@ -80,7 +80,7 @@ func newSource(creds *auth.Credentials, what string) *Source {
 func FromFile(path string) (*Source, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, redact.FileError("credentialsFile", err)
 	}
 	var head struct {
 		Type        string `json:"type"`

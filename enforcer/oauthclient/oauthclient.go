@@ -67,7 +67,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.ClientAssertionFile != "" {
 		if _, err := os.Stat(cfg.ClientAssertionFile); err != nil {
-			return nil, err
+			return nil, redact.FileError("clientAssertionFile", err)
 		}
 	}
 	s := &Source{cfg: cfg}

@@ -6,6 +6,8 @@ package redact
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"net/url"
 	"regexp"
 	"strings"
@@ -207,3 +209,22 @@ type wrapped struct {
 
 func (w *wrapped) Error() string { return w.text }
 func (w *wrapped) Unwrap() error { return w.err }
+
+// FileError is err, a failure to open or read the file that a setting names for a
+// secret (a key, a credential), with the file's name left out of its text: an
+// *fs.PathError quotes the name whole ("open NAME: no such file or directory"), and
+// such a setting is at times given the secret itself in place of its file's name (a PEM
+// key, "Bearer sk-...", a service account's JSON), which is what makes the open fail.
+// The text is what went wrong ("open: no such file or directory"), after what, when not
+// empty; the caller's message names the setting. errors.Is and errors.As still see err.
+func FileError(what string, err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	text := pe.Op + ": " + pe.Err.Error()
+	if what != "" {
+		text = what + ": " + text
+	}
+	return Wrapped(text, err)
+}

@@ -15,9 +15,11 @@ import (
 type Pair struct{ src source[*tls.Certificate] }
 
 // Load reads the pair from certFile and keyFile. The error names the files and the
-// cause: a file that cannot be read, no certificate, a key that does not match.
+// cause: a file that cannot be read, no certificate, a key that does not match. A key
+// file that cannot be read is not named (redact.FileError): the name may be the key.
 func Load(certFile, keyFile string) (*Pair, error) {
 	p := &Pair{}
+	p.src.key = 2 // keyFile
 	parse := func(c [][]byte) (*tls.Certificate, error) {
 		cert, err := tls.X509KeyPair(c[0], c[1])
 		if err != nil {

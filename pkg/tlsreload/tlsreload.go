@@ -25,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 )
 
 // Interval is how often the programs Watch their certificate files: the kubelet brings
@@ -36,6 +38,9 @@ const Interval = 10 * time.Second
 // their bytes, and the value parsed from them, kept until a change that parses.
 type source[T any] struct {
 	files []string
+	// key is the index in files of a private key's, plus one (0: none). Its name is
+	// left out of a read's error: a key setting is at times given the PEM key itself.
+	key   int
 	parse func(contents [][]byte) (T, error)
 
 	cur atomic.Pointer[version[T]]
@@ -126,6 +131,9 @@ func (s *source[T]) read() ([][]byte, error) {
 	for i, f := range s.files {
 		b, err := os.ReadFile(f)
 		if err != nil {
+			if i+1 == s.key {
+				return nil, redact.FileError("the key file", err)
+			}
 			return nil, err
 		}
 		contents[i] = b

@@ -233,3 +233,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A key setting (TOLLGATE_GATEWAY_TLS_KEY, TOLLGATE_GRPC_TLS_KEY, ...) is at times given
+// the PEM key itself, as other tools take it, rather than the name of its file. The
+// file cannot be opened then, and the error, printed as a configuration problem (to
+// stderr, which is the log), must not quote the key; it still says why, and which file.
+func TestKeyGivenInPlaceOfItsFileIsNotQuoted(t *testing.T) {
+	ca := testtls.NewCA(t, "test CA")
+	a, _ := issue(t, ca)
+	pemKey, err := os.ReadFile(a.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The whole PEM (longer than a file name may be), and one line of it (a name that
+	// may be, of a file that does not exist).
+	body := strings.Split(string(pemKey), "\n")[1]
+	for _, key := range []string{string(pemKey), body} {
+		_, err := tlsreload.Load(a.CertFile, key)
+		if err == nil {
+			t.Fatal("Load took a key that is no file")
+		}
+		if strings.Contains(err.Error(), body[:16]) {
+			t.Errorf("the error quotes the key: %v", err)
+		}
+		if !strings.Contains(err.Error(), "key file") {
+			t.Errorf("the error does not say it is the key file that cannot be read: %v", err)
+		}
+	}
+}
