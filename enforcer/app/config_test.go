@@ -267,7 +267,7 @@ func TestMemberCapacityBoundsEachCache(t *testing.T) {
 // A setting that names the file of a secret is at times given the secret itself: the
 // provider's "Bearer sk-..." in TOLLGATE_UPSTREAM_AUTHORIZATION_FILE, a PEM key in
 // TOLLGATE_GATEWAY_TLS_KEY, a service account's JSON in a route's google
-// credentialsFile. No such file opens, and the start's problems (printed to stderr,
+// credentialsFile (and a route's credentialEnv, which names a variable, the key). No such file opens, and the start's problems (printed to stderr,
 // which is the log) must say which setting is wrong without quoting what it holds: os's
 // error quoted the name whole ("open Bearer sk-...: no such file or directory").
 func TestSecretGivenInPlaceOfItsFileIsNotQuoted(t *testing.T) {
@@ -306,6 +306,9 @@ func TestSecretGivenInPlaceOfItsFileIsNotQuoted(t *testing.T) {
 			route("    oauth2:\n      tokenURL: https://login.example.com/token\n      clientID: tg\n      clientSecretFile: Qa7Zk9~Xm3Wp5\n")},
 		{"a route's clientAssertionFile", jwt, "clientAssertionFile",
 			route("    oauth2:\n      tokenURL: https://login.example.com/token\n      clientID: tg\n      clientAssertionFile: " + jwt + "\n")},
+		{"a route's credentialEnv", bearer, "credentialEnv", route("    credentialEnv: " + bearer + "\n")},
+		{"a route's clientSecretEnv", "Qa7Zk9Xm3Wp5", "clientSecretEnv",
+			route("    oauth2:\n      tokenURL: https://login.example.com/token\n      clientID: tg\n      clientSecretEnv: Qa7Zk9Xm3Wp5\n")},
 		{"a route's google credentialsFile", googleJSON, "credentialsFile",
 			route("    google:\n      credentialsFile: " + string(quoted) + "\n")},
 	} {

@@ -68,7 +68,8 @@ func oauthTokens(tokenURL, clientID, secretFile, secretEnv, assertionFile string
 		}
 	case secretEnv != "":
 		if cfg.ClientSecret = getenv(secretEnv); cfg.ClientSecret == "" {
-			return nil, fmt.Errorf("the environment variable %s is empty", secretEnv)
+			// Not the name: it is at times the secret itself, given in its place.
+			return nil, errors.New("clientSecretEnv: the environment variable it names is empty or unset")
 		}
 	}
 	return oauthclient.New(cfg)

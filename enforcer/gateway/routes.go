@@ -226,7 +226,8 @@ func ParseRoutes(data []byte, getenv func(string) string) ([]Route, error) {
 			}
 		case r.CredentialEnv != "":
 			if cred = getenv(r.CredentialEnv); cred == "" {
-				return nil, fmt.Errorf("routes[%d]: the environment variable %s is empty", i, r.CredentialEnv)
+				// Not the name: it is at times the key itself, given in its place.
+				return nil, fmt.Errorf("routes[%d]: credentialEnv: the environment variable it names is empty or unset", i)
 			}
 		case r.Header != "":
 			// A header names where the credential goes; without one the gateway would
