@@ -275,7 +275,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stdio I
 	}
 	problems := e.Problems
 	if fs.NArg() > 0 {
-		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+		problems = append(problems, envflag.Unexpected(fs.Args()))
 	}
 	for _, e := range strings.Split(admins, ",") {
 		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {

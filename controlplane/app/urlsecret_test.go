@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/controlplane/app"
@@ -47,5 +48,26 @@ func checkNotPrinted(t *testing.T, pw string, args []string, env func(string) st
 	fmt.Fprintf(&out, "controlplane: %v\n", err) // as main prints it
 	if leaks := secrettest.Leaks(out.String(), pw); len(leaks) > 0 {
 		t.Errorf("password %q, %v: %q printed:\n%s", pw, args, leaks, out.String())
+	}
+}
+
+// A flag's value with spaces, unquoted (a Postgres keyword/value string given to
+// --database-url), splits into arguments left after the flags. The problem printed
+// (stderr, the log) says there are some, not what they are: it quoted the password.
+func TestLeftOverArgumentsAreNotQuoted(t *testing.T) {
+	for _, cmd := range []string{"serve", "migrate"} {
+		var out bytes.Buffer
+		err := app.Run(context.Background(), []string{cmd, "--database-url", "host=db", "user=tg", "password=Qa7Zk9Xm3"},
+			envOf(nil), app.IO{Stdout: &out, Stderr: &out})
+		if err == nil {
+			t.Fatalf("%s ran", cmd)
+		}
+		fmt.Fprintf(&out, "controlplane: %v\n", err) // as main prints it
+		if strings.Contains(out.String(), "Qa7Zk9Xm3") {
+			t.Errorf("%s: the password is printed:\n%s", cmd, out.String())
+		}
+		if !strings.Contains(out.String(), "unexpected arguments") {
+			t.Errorf("%s: the left-over arguments are not reported:\n%s", cmd, out.String())
+		}
 	}
 }

@@ -316,7 +316,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	problems = append(problems, upstreamCredential(&c.UpstreamAuthorization, authFile, "TOLLGATE_UPSTREAM_AUTHORIZATION", getenv)...)
 	problems = append(problems, upstreamCredential(&c.UpstreamAPIKey, keyFile, "TOLLGATE_UPSTREAM_API_KEY", getenv)...)
 	if fs.NArg() > 0 {
-		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+		problems = append(problems, envflag.Unexpected(fs.Args()))
 	}
 	c.Redis.Finish()
 	c.ShutdownDelay = lifecycle.FitDefaultDelay(c.ShutdownDelay, c.ShutdownTimeout, lifecycle.ShutdownDelaySet(fs, getenv))

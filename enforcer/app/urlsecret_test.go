@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/enforcer/app"
@@ -39,5 +40,25 @@ func TestRedisURLPasswordsNeverPrinted(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A flag's value with a space, unquoted on a shell's or a container's command line,
+// splits: --upstream-authorization takes "Bearer", and the key is left over as an
+// argument. The problem the start stops with (printed to stderr, which is the log) says
+// there are arguments left, not what they are: it quoted them whole.
+func TestLeftOverArgumentsAreNotQuoted(t *testing.T) {
+	var out bytes.Buffer
+	err := app.Run(context.Background(), []string{"--upstream-authorization", "Bearer", "sk-live-Qa7Zk9Xm3"},
+		envOf(nil), app.IO{Stdout: &out, Stderr: &out})
+	if err == nil {
+		t.Fatal("the enforcer started")
+	}
+	fmt.Fprintf(&out, "enforcer: %v\n", err) // as main prints it
+	if strings.Contains(out.String(), "Qa7Zk9Xm3") {
+		t.Errorf("the key is printed:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "unexpected arguments") {
+		t.Errorf("the left-over argument is not reported:\n%s", out.String())
 	}
 }

@@ -219,3 +219,12 @@ func Explain(fs *flag.FlagSet, err error) error {
 	}
 	return fmt.Errorf("--%s: %s is not %s", f.Name, m[1], want)
 }
+
+// Unexpected is the problem of arguments left after the flags (fs.Args()): how many,
+// not what they are. The likeliest cause is a flag's value with spaces, unquoted in a
+// shell or a container's command line (--upstream-authorization Bearer sk-..., a
+// Postgres keyword/value string), whose rest would be quoted here: a secret's.
+func Unexpected(args []string) string {
+	return fmt.Sprintf("unexpected arguments: %d after the flags, not shown (one may be the rest of a secret): "+
+		"a value with spaces, such as \"Bearer sk-...\", must be quoted as one argument", len(args))
+}
