@@ -132,7 +132,14 @@ func (c Config) Validate() []string {
 		p = append(p, "TOLLGATE_REDIS_SENTINEL_USERNAME: needs TOLLGATE_REDIS_SENTINEL_PASSWORD")
 	}
 	for _, a := range c.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
+		switch _, _, err := net.SplitHostPort(a); {
+		case strings.Contains(a, "@") || strings.Contains(a, "://"):
+			// A URL, or user information: never quoted, as it may hold a password (and
+			// "pw@host:26379" reads as host:port, to be dialled and quoted by the
+			// resolver's errors).
+			p = append(p, "TOLLGATE_REDIS_ADDRS: an address is a URL or has a user or password (not shown); "+
+				"give host:port alone, the credentials in TOLLGATE_REDIS_URL (and TOLLGATE_REDIS_SENTINEL_PASSWORD)")
+		case err != nil:
 			p = append(p, fmt.Sprintf("TOLLGATE_REDIS_ADDRS: %q is not host:port", a))
 		}
 	}

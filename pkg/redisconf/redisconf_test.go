@@ -141,3 +141,24 @@ func TestURLOptionsInEveryMode(t *testing.T) {
 		})
 	}
 }
+
+// TOLLGATE_REDIS_ADDRS takes host:port; an operator used to URLs gives the sentinels' or
+// the seeds' with their password. The problem printed at start (stderr, the log) says
+// what is wrong without the password: it quoted the address whole. An address with
+// user information that reads as host:port ("pw@host:26379") is refused too: it was
+// dialled, and the resolver's error quoted it at every attempt.
+func TestAddressesWithAPasswordAreNotQuoted(t *testing.T) {
+	for _, addr := range []string{"redis://:Qa7Zk9@sentinel-0:26379", "rediss://tg:Qa7Zk9@sentinel-0:26379", ":Qa7Zk9@sentinel-0:26379",
+		"Qa7Zk9@sentinel-0:26379", "tg:Qa7Zk9@sentinel-0"} {
+		for _, mode := range []string{"sentinel", "cluster"} {
+			c := parse(t, map[string]string{"TOLLGATE_REDIS_MODE": mode, "TOLLGATE_REDIS_ADDRS": "a:26379," + addr, "TOLLGATE_REDIS_SENTINEL_MASTER": map[string]string{"sentinel": "m"}[mode]})
+			got := strings.Join(c.Validate(), "\n")
+			if !strings.Contains(got, "TOLLGATE_REDIS_ADDRS") {
+				t.Errorf("%s, %s mode: not refused: %q", addr, mode, got)
+			}
+			if strings.Contains(got, "Qa7Zk9") {
+				t.Errorf("%s, %s mode: the password is printed: %s", addr, mode, got)
+			}
+		}
+	}
+}
