@@ -186,7 +186,11 @@ type Gate struct {
 	// The failures that repeat per check while their cause lasts (the control plane or
 	// Redis unreachable) are logged once per interval with a count of those left out;
 	// tollgate_enforcer_decisions_total and the start queue's rejections count each one.
+	// So are answers of the control plane no check can use while they last: a record
+	// it resolved that cannot be decided on (this clock too far behind its own), a
+	// start it refused (two versions that disagree).
 	authFailed, recordFailed, startFailed, openUnidentified logging.Throttle
+	undecidable, startRefused                               logging.Throttle
 	// recordFailedAt is when a record read last failed (Unix nanoseconds, the clock's):
 	// checks do not speculate for a while after.
 	recordFailedAt atomic.Int64
@@ -200,7 +204,7 @@ func New(d Deps) *Gate {
 	}
 	g := &Gate{Deps: d, Blocks: newBlockedMembers(blocked, d.BlockedTTL, d.Metrics)}
 	g.Blocks.askURL = ResetRequestURL(d.MemberAPIURL)
-	for _, t := range []*logging.Throttle{&g.authFailed, &g.recordFailed, &g.startFailed, &g.openUnidentified} {
+	for _, t := range []*logging.Throttle{&g.authFailed, &g.recordFailed, &g.startFailed, &g.openUnidentified, &g.undecidable, &g.startRefused} {
 		t.Clock = d.Clock
 	}
 	return g
@@ -596,7 +600,7 @@ func (g *Gate) check(ctx context.Context, cred Credentials, h Hint, recordWait *
 		case decision.Suspended:
 			return Refusal(ReasonCaptureSuspended), nil
 		case decision.Unknown:
-			g.Log.Error("control plane resolved a record that cannot be decided on", "member_id", id.MemberID)
+			g.undecidable.Log(g.Log, slog.LevelError, "control plane resolved a record that cannot be decided on", "member_id", id.MemberID)
 			return g.failure(ReasonControlPlane, &id, nil), nil
 		}
 
@@ -746,7 +750,7 @@ func (g *Gate) admit(ctx, calls context.Context, id *identity.Identity, d *decis
 	case internalv1.StartOutcome_START_OUTCOME_CONCURRENCY_LIMITED:
 		return guardRefusal(res, d.State), false, nil
 	}
-	g.Log.Error("control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
+	g.startRefused.Log(g.Log, slog.LevelError, "control plane refused a write-ahead start", "request_id", reqID, "outcome", res.Outcome.String(), "message", res.Message)
 	return Refusal(ReasonStartRefused), false, nil
 }
 

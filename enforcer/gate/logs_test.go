@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/record"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/pkg/clock"
+	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
 // linesOf returns the log lines whose message is msg.
@@ -40,6 +41,16 @@ func TestRepeatedFailuresAreLoggedOncePerInterval(t *testing.T) {
 		{"the credential lookup", "authenticate failed", "controlplane", func(f *fakes) { f.ids.err = errControlPlane }},
 		{"the record read", "record read failed", "redis", func(f *fakes) { f.records.readErr = fmt.Errorf("%w: refused", record.ErrRedis) }},
 		{"the durable start", "write-ahead start failed", "controlplane", func(f *fakes) { f.starts.err = errControlPlane }},
+		// Answers of the control plane that no check of this enforcer can use while they
+		// last: a resolved record the enforcer cannot decide on (its clock more than
+		// decision.MaxRecordAhead behind around 05:00 UTC), a start refused invalid (two
+		// versions that disagree). Each was an error line per check.
+		{"the resolved record", "control plane resolved a record that cannot be decided on", "controlplane", func(f *fakes) {
+			f.records.rec, f.records.resolved = staleRecord, undecidable
+		}},
+		{"the start's answer", "control plane refused a write-ahead start", "start_refused", func(f *fakes) {
+			f.starts.outcomes = []internalv1.StartOutcome{internalv1.StartOutcome_START_OUTCOME_INVALID}
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
