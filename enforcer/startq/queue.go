@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
+	"github.com/tollgate-dev/tollgate/pkg/logging"
 )
 
 // Starter is the part of the internal API this package calls.
@@ -132,6 +133,9 @@ type Queue struct {
 	m        *metrics.Metrics
 	log      *slog.Logger
 	signal   chan struct{}
+	// orphanedFailed and orphanedDurable throttle the lines of orphaned starts: checks
+	// abandoned while a slow control plane answers are many at once.
+	orphanedFailed, orphanedDurable logging.Throttle
 
 	mu        sync.Mutex
 	queue     list.List // of *waiter, oldest first
@@ -508,10 +512,10 @@ func (q *Queue) abandon(w *waiter, o outcome) {
 	// A start refused for its outcome only gives its reservation back.
 	if q.orphan != nil && (o.err != nil || o.r.Admitted()) {
 		if o.err != nil {
-			q.log.Warn("start of an abandoned check failed; it may be durable, so it is settled as incomplete",
+			q.orphanedFailed.Log(q.log, slog.LevelWarn, "start of an abandoned check failed; it may be durable, so it is settled as incomplete",
 				"request_id", w.item.GetRequestId(), "error", o.err)
 		} else {
-			q.log.Info("start became durable after its check was abandoned; settling it as incomplete",
+			q.orphanedDurable.Log(q.log, slog.LevelInfo, "start became durable after its check was abandoned; settling it as incomplete",
 				"request_id", w.item.GetRequestId())
 		}
 		q.orphan(w.item, w.res)

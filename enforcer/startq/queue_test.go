@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
 	"github.com/tollgate-dev/tollgate/enforcer/settleq"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 )
 
@@ -92,8 +94,11 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, cfg Config, settleCap int, st *starter) *fixture {
+	return newFixtureLog(t, cfg, settleCap, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func newFixtureLog(t *testing.T, cfg Config, settleCap int, st *starter, log *slog.Logger) *fixture {
 	f := &fixture{st: st, m: metrics.Discard()}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.settle = settleq.New(settler{}, settleq.Config{Capacity: settleCap}, f.m, log)
 	f.q = New(st, f.settle, cfg, func(it *internalv1.StartItem, res *settleq.Reservation) {
 		f.orphans.Add(1)
@@ -768,4 +773,44 @@ func TestFailedStartCallsAreCountedOnce(t *testing.T) {
 			t.Fatalf("rejections{reason=closed} = %v, want 1", got)
 		}
 	})
+}
+
+// Checks abandoned while their starts are out (Envoy's timeout shorter than a slow
+// control plane's answers) are many at once, each start handed to the orphan handler
+// and settled: their line is logged once per interval, the next saying how many were
+// left out, not once per check (an info line per request at a thousand a second).
+func TestOrphanedStartsAreLoggedOncePerInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name, msg string
+		callErr   error
+	}{
+		{"durable", "start became durable after its check was abandoned", nil},
+		{"failed", "start of an abandoned check failed", errors.New("rpc error: deadline exceeded")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &testio.SyncBuffer{}
+			st := &starter{gate: make(chan struct{}), entered: make(chan struct{}, 64), err: tc.callErr}
+			f := newFixtureLog(t, Config{Workers: 1, Deadline: 5 * time.Second}, 100, st, slog.New(slog.NewTextHandler(logs, nil)))
+			const n = 20
+			for i := range n {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { _, _, _ = f.q.Submit(ctx, item(fmt.Sprint("leaving-", i), "m")); close(done) }()
+				<-st.entered
+				cancel()
+				st.gate <- struct{}{}
+				<-done
+				deadline := time.Now().Add(2 * time.Second)
+				for f.orphans.Load() != int64(i+1) {
+					if time.Now().After(deadline) {
+						t.Fatalf("start %d was not orphaned", i)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if got := strings.Count(logs.String(), tc.msg); got != 1 {
+				t.Fatalf("%d orphaned starts logged %d lines, want 1:\n%s", n, got, logs.String())
+			}
+		})
+	}
 }
