@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
+	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
 )
 
@@ -103,9 +105,37 @@ func checkReference(v string) error {
 func checkAPI(v string) error {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return usagef("--api: %q is not the URL of the control plane's REST API; want e.g. http://127.0.0.1:8080 (TOLLGATE_API_URL)", oneLine(v, 120))
+		return usagef("--api: %s is not the URL of the control plane's REST API; want e.g. http://127.0.0.1:8080 (TOLLGATE_API_URL)", quoteAPI(v))
 	}
 	return nil
+}
+
+// shownAPI is the control plane's URL (--api) as a message may show it: its password
+// masked (redact.URL; a proxy in front of the control plane may ask for basic
+// authentication), or, when it is no URL, the value itself unless it has an '@', which
+// may end a password.
+func shownAPI(v string) string {
+	if s, ok := apiShown(v); ok {
+		return s
+	}
+	return apiNotShown
+}
+
+// quoteAPI is shownAPI quoted, when it shows the value.
+func quoteAPI(v string) string {
+	if s, ok := apiShown(v); ok {
+		return strconv.Quote(s)
+	}
+	return apiNotShown
+}
+
+const apiNotShown = "(not shown: it may hold a password)"
+
+func apiShown(v string) (string, bool) {
+	if s := redact.URL(v); s != "" {
+		return oneLine(s, 120), true
+	}
+	return oneLine(v, 120), !strings.Contains(v, "@")
 }
 
 var errKeyRequired = usageError{"an API key is required: --key or TOLLGATE_API_KEY (an owner's or admin's key, tgk_...)"}

@@ -90,7 +90,7 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 			if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 				return fmt.Errorf("%s is a platform administrator already and this password does not sign in as them at %s; nothing was changed "+
 					"(to reset it, which ends their sessions and revokes their API keys: controlplane bootstrap-admin --email %s; "+
-					"or that control plane serves another database than TOLLGATE_DATABASE_URL)", normalized, c.base, normalized)
+					"or that control plane serves another database than TOLLGATE_DATABASE_URL)", normalized, shownAPI(c.base), normalized)
 			}
 			return err
 		}
@@ -107,7 +107,7 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 			cpapp.IO{Stdin: strings.NewReader(pw + "\n"), Stdout: stdio.Stdout, Stderr: stdio.Stderr}); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", c.base)
+		fmt.Fprintf(stdio.Stdout, "==> signing in at %s\n", shownAPI(c.base))
 		if token, err = signIn(); err != nil {
 			// The administrator was just written to the database: a control plane that
 			// does not know them serves another one (--api and TOLLGATE_DATABASE_URL name
@@ -116,7 +116,7 @@ func bootstrap(ctx context.Context, args []string, getenv func(string) string, s
 			if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 				return fmt.Errorf("the control plane at %s does not know the administrator just created in TOLLGATE_DATABASE_URL (--database-url): "+
 					"it serves another database; point --api (TOLLGATE_API_URL) and TOLLGATE_DATABASE_URL at one installation "+
-					"(%s stays an administrator of the database named)", c.base, normalized)
+					"(%s stays an administrator of the database named)", shownAPI(c.base), normalized)
 			}
 			return fmt.Errorf("sign in: %w", err)
 		}

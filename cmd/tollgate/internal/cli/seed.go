@@ -71,7 +71,7 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	}
 	req, err := http.NewRequestWithContext(c.ctx, method, c.base+path, rd)
 	if err != nil {
-		return 0, usagef("--api: %q is not a URL of the control plane's REST API, e.g. http://127.0.0.1:8080", c.base)
+		return 0, usagef("--api: %s is not a URL of the control plane's REST API, e.g. http://127.0.0.1:8080", quoteAPI(c.base))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -87,12 +87,12 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, transportError(c.ctx, c.base, c.where(), err)
+		return 0, transportError(c.ctx, shownAPI(c.base), c.where(), err)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
 	if err != nil {
-		return res.StatusCode, transportError(c.ctx, c.base, c.where(), err)
+		return res.StatusCode, transportError(c.ctx, shownAPI(c.base), c.where(), err)
 	}
 	route, _, _ := strings.Cut(path, "?")
 	if want != 0 && res.StatusCode != want {
@@ -101,7 +101,7 @@ func (c client) call(method, path, token, org string, body any, want int, out an
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
 			return res.StatusCode, fmt.Errorf("the answer to %s %s is not the control plane's (HTTP %d, %s): is %s its REST API? (%s)",
-				method, route, res.StatusCode, oneLine(res.Header.Get("Content-Type"), 60), c.base, c.where())
+				method, route, res.StatusCode, oneLine(res.Header.Get("Content-Type"), 60), shownAPI(c.base), c.where())
 		}
 	}
 	return res.StatusCode, nil
@@ -143,7 +143,7 @@ func (c client) apiError(method, route string, status int, raw []byte) error {
 	} else {
 		// Not the API's error shape: another server (a proxy, the admin port) answered.
 		e.Message = oneLine(string(raw), 200)
-		e.Hint = fmt.Sprintf("is %s the control plane's REST API? (%s)", c.base, c.where())
+		e.Hint = fmt.Sprintf("is %s the control plane's REST API? (%s)", shownAPI(c.base), c.where())
 	}
 	switch {
 	case status == http.StatusUnauthorized && route == "/v1/auth/sign-in":
