@@ -168,29 +168,42 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 			return fmt.Errorf("reset: %w", err)
 		}
 	}
+	// Two groups stop in turn at Ctrl-C: the front (the enforcer, the demo proxy, Caddy)
+	// first, then the back (the control plane, the fake upstream) once the front has
+	// ended. The enforcer's shutdown finishes the calls in flight, against the upstream,
+	// and sends their settlements to the control plane: stopped together, the upstream
+	// cut those calls and the control plane refused their settlements, which waited in
+	// the dev spool for the next run (lost to a --reset), the starts left pending.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
+	backCtx, cancelBack := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBack()
+	var front, back sync.WaitGroup
 	errc := make(chan error, 4)
-	run := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && runCtx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
+	runIn := func(ctx context.Context, wg *sync.WaitGroup) func(string, func() error) {
+		return func(name string, f func() error) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := f(); err != nil && ctx.Err() == nil {
+					errc <- fmt.Errorf("%s: %w", name, err)
+				}
+			}()
+		}
 	}
+	run, runBack := runIn(runCtx, &front), runIn(backCtx, &back)
 	stop := func(err error) error {
 		cancel()
-		wg.Wait()
+		front.Wait()
+		cancelBack()
+		back.Wait()
 		return err
 	}
 	progress := func(msg string) { fmt.Fprintf(stdio.Stdout, "==> %s\n", msg) }
 
 	progress("starting the control plane (migrating the database first)")
-	run("control plane", func() error {
-		return cpapp.Run(runCtx, cpArgs, env, cpapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+	runBack("control plane", func() error {
+		return cpapp.Run(backCtx, cpArgs, env, cpapp.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 	})
 	if err := waitOK(ctx, base+"/ready", errc); err != nil {
 		return stop(err)
@@ -198,7 +211,7 @@ func dev(ctx context.Context, args []string, getenv func(string) string, stdio I
 	if !c.ForwardAuth && !c.NoProxy {
 		progress("starting the fake upstream")
 		log := slog.New(slog.NewTextHandler(stdio.Stderr, nil))
-		if err := serveHTTP(runCtx, log, "fake upstream", c.UpstreamAddr, &demo.Upstream{Log: log}, run); err != nil {
+		if err := serveHTTP(backCtx, log, "fake upstream", c.UpstreamAddr, &demo.Upstream{Log: log}, runBack); err != nil {
 			return stop(err)
 		}
 		progress("starting the enforcer with its inference gateway on " + c.ProxyAddr)

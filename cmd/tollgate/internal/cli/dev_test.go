@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/cmd/tollgate/internal/demo"
 	"github.com/tollgate-dev/tollgate/internal/storetest"
 	"github.com/tollgate-dev/tollgate/internal/testio"
 )
@@ -220,6 +222,41 @@ func TestDevStackReachesThe429(t *testing.T) {
 		t.Fatalf("recover printed:\n%s", cmdOut.String())
 	}
 
+	// Ctrl-C with a call in flight (the owner's, which the fake upstream answers after 2
+	// s): the enforcer finishes it against the upstream and settles it with the control
+	// plane before either of those stops. Stopped all at once, the upstream cut the call
+	// and the control plane refused its settlement, the start left pending in the
+	// database (its settlement waiting in the dev spool for the next run).
+	db, err := pgx.Connect(context.Background(), env["TOLLGATE_DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	pending := func() (n int) {
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM usage_request_starts WHERE state = 'pending'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	inFlight := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+env["TOLLGATE_DEMO_PROXY_ADDR"]+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini"}`))
+		req.Header.Set("x-api-key", ownerKey[1])
+		req.Header.Set(demo.DelayHeader, "2000")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			inFlight <- 0
+			return
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		inFlight <- res.StatusCode
+	}()
+	for deadline := time.Now().Add(10 * time.Second); pending() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the owner's call was never started")
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -228,6 +265,12 @@ func TestDevStackReachesThe429(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("tollgate dev did not stop")
+	}
+	if status := <-inFlight; status != http.StatusOK {
+		t.Errorf("the call in flight at Ctrl-C: status %d, want 200 (finished before the upstream stopped)", status)
+	}
+	if n := pending(); n != 0 {
+		t.Errorf("%d start(s) left pending after Ctrl-C: the call in flight was not settled", n)
 	}
 }
 
