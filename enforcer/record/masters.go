@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
 )
@@ -18,6 +19,10 @@ import (
 // masters turn out unchanged (the error was a blip) or the generation moves (the
 // rebuild began; records of the old generation are unknown from then on). A read that
 // Redis does not answer is still a Redis failure, which the failure mode decides.
+
+// writesProbeWait bounds the look's probe of whether Redis takes writes
+// (mirror.WritesRefused).
+const writesProbeWait = 250 * time.Millisecond
 
 // watchMasters runs after each successful generation poll (g is the generation read).
 func (r *Reader) watchMasters(ctx context.Context, g string) {
@@ -61,6 +66,28 @@ func (r *Reader) watchMasters(ctx context.Context, g string) {
 		case err == nil && noted != nil:
 			r.masters, r.mastersGen = noted, gen
 		}
+	}
+	// The probe is a write to Redis: a CLIENT PAUSE ... WRITE (a manual failover's)
+	// holds it, and it must not spend the look's whole deadline, which the reads below
+	// still need.
+	probeCtx, cancel := context.WithTimeout(ctx, writesProbeWait)
+	err = mirror.WritesRefused(probeCtx, r.rdb)
+	cancel()
+	if err != nil {
+		// Redis refuses every write, the DEL too, while it answers reads: a settlement's
+		// record can be neither written nor taken away, and the older one would be
+		// trusted. Doubt until it takes writes again (the control plane then repairs the
+		// records it could not write, at its next maintenance round).
+		r.doubt.Store(true)
+		if !r.writesRefused {
+			r.log.Warn("Redis refuses writes; records are resolved through the control plane until it takes them again", "error", err)
+		}
+		r.writesRefused = true
+		return
+	}
+	if r.writesRefused {
+		r.writesRefused = false
+		r.log.Info("Redis takes writes again")
 	}
 	switch {
 	case r.masters == nil || !r.masters.Replaced(ids):

@@ -85,6 +85,8 @@ type Reader struct {
 	masters           mirror.Masters
 	mastersGen        string
 	mastersUnreadable bool
+	// writesRefused: the last look found a master refusing writes (logged once a streak).
+	writesRefused bool
 
 	// reads feeds the pipelining workers while Run is running (batching on).
 	reads    chan *readReq

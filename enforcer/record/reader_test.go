@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -466,4 +469,131 @@ func TestDoubtOutlivesAGenerationWrittenToTheReplacedMaster(t *testing.T) {
 			t.Fatalf("generation %s, noted %v, serving %v: doubt %v, want %v", step.gen, step.noted, ids, got, step.doubt)
 		}
 	}
+}
+
+// authoritative answers every Resolve with a record of its own spend, so that a test
+// tells a record read from Redis from one resolved through the control plane.
+type authoritative struct{ used int64 }
+
+func (a authoritative) Resolve(_ context.Context, in *internalv1.ResolveRequest, _ ...grpc.CallOption) (*internalv1.ResolveResponse, error) {
+	return &internalv1.ResolveResponse{RecordVersion: 2,
+		Entitlement: &internalv1.Entitlement{OrganizationId: in.GetOrganizationId(), MemberId: in.GetMemberId(), MemberActive: true},
+		Spend:       []*internalv1.WindowSpend{{Timeframe: "day", WindowStartUnixMs: 1000, UsedMicroUsd: a.used}}}, nil
+}
+
+// A Redis that refuses every write while it still answers reads: MISCONF (a snapshot or
+// the AOF cannot be written: a full disk, with Redis's default stop-writes-on-bgsave-error)
+// and NOREPLICAS (min-replicas-to-write with a replica down). Unlike a Redis at maxmemory,
+// it refuses the DEL with which the control plane takes away a record it could not
+// replace, so the older record stays, and nothing else tells the enforcers: before, a
+// member whose settlement crossed a hard limit then was admitted on that record for as
+// long as Redis refused writes. The reader doubts while any master refuses writes, and
+// resolves through the control plane, which answers from Postgres.
+func TestRedisRefusingEveryWriteRaisesTheDoubt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args func(dir string) []string
+		// refuse makes the server refuse writes; allow makes it take them again.
+		refuse, allow func(t *testing.T, admin *redis.Client, dir string)
+	}{
+		{"NOREPLICAS", func(string) []string { return nil },
+			func(t *testing.T, admin *redis.Client, _ string) { configSet(t, admin, "min-replicas-to-write", "1") },
+			func(t *testing.T, admin *redis.Client, _ string) { configSet(t, admin, "min-replicas-to-write", "0") }},
+		{"MISCONF", func(dir string) []string {
+			return []string{"--save", "3600 1", "--dir", filepath.Join(dir, "rdb")}
+		}, func(t *testing.T, admin *redis.Client, dir string) {
+			// The snapshot's directory is gone: the next BGSAVE fails.
+			if err := os.RemoveAll(filepath.Join(dir, "rdb")); err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.BgSave(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitBgsave(t, admin, "err")
+		}, func(t *testing.T, admin *redis.Client, _ string) {
+			// What an operator does once the disk is fixed, short of a BGSAVE that
+			// succeeds: Redis takes writes again.
+			configSet(t, admin, "stop-writes-on-bgsave-error", "no")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dir string
+			srv := testredis.StartServerWith(t, func(d string) []string {
+				dir = d
+				if err := os.MkdirAll(filepath.Join(d, "rdb"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				return tc.args(d)
+			})
+			// Deadlines bound the socket's reads, as the enforcer's client's do
+			// (enforcer/app NewRedis).
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			defer rdb.Close()
+			l := mirror.Layout{Prefix: "tg:"}
+			ctx := context.Background()
+			if err := l.SetGeneration(ctx, rdb, "g1"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Write(ctx, rdb, rec(1, 10, "g1"), 0); err != nil {
+				t.Fatal(err)
+			}
+			r := New(rdb, l, authoritative{used: 99}, Config{}, metrics.New(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			r.gen.Store(new("g1"))
+			r.watchMasters(ctx, "g1")
+			if got, err := r.Read(ctx, "org_x", "om_a"); err != nil || got.Authoritative || used(got) != 10 {
+				t.Fatalf("premise: the record read from Redis: %+v %v", got, err)
+			}
+
+			tc.refuse(t, rdb, dir)
+			if err := rdb.Del(ctx, l.MemberKey("om_a")).Err(); err == nil || !strings.HasPrefix(err.Error(), tc.name) {
+				t.Fatalf("premise: the DEL of the older record answered %v, want %s", err, tc.name)
+			}
+			r.watchMasters(ctx, "g1")
+			if got, err := r.Read(ctx, "org_x", "om_a"); err != nil || !got.Authoritative || used(got) != 99 {
+				t.Fatalf("Redis refusing every write (%s): the record it keeps was used: %+v %v", tc.name, got, err)
+			}
+
+			tc.allow(t, rdb, dir)
+			r.watchMasters(ctx, "g1")
+			if got, err := r.Read(ctx, "org_x", "om_a"); err != nil || got.Authoritative {
+				t.Fatalf("Redis taking writes again: the record was not read from it: %+v %v", got, err)
+			}
+
+			// A write pause (a manual failover's) holds the probe: it says nothing, and
+			// leaves the look the rest of its deadline.
+			if err := rdb.Do(ctx, "CLIENT", "PAUSE", "3000", "WRITE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Do(ctx, "CLIENT", "UNPAUSE")
+			pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			began := time.Now()
+			r.watchMasters(pollCtx, "g1")
+			if took := time.Since(began); r.doubt.Load() || took > 900*time.Millisecond {
+				t.Fatalf("a write pause: doubt %v, the look took %v", r.doubt.Load(), took)
+			}
+		})
+	}
+}
+
+func configSet(t *testing.T, rdb *redis.Client, name, value string) {
+	t.Helper()
+	if err := rdb.ConfigSet(context.Background(), name, value).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitBgsave waits until the last BGSAVE's status is want (INFO persistence).
+func waitBgsave(t *testing.T, rdb *redis.Client, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		info, err := rdb.Info(context.Background(), "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "rdb_last_bgsave_status:"+want) && !strings.Contains(info, "rdb_bgsave_in_progress:1") {
+			return
+		}
+	}
+	t.Fatalf("the last BGSAVE never became %q", want)
 }

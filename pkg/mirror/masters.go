@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -65,6 +66,40 @@ func ReadMasters(ctx context.Context, rdb redis.UniversalClient) (Masters, error
 // replica without the last writes is promoted (masters.go in enforcer/record).
 func Refused(err error) bool {
 	return redis.HasErrorPrefix(err, "unknown command") || redis.IsPermissionError(err)
+}
+
+// writesProbe writes nothing, but is declared (Redis 7's script flags: no no-writes) as
+// a script that may: Redis refuses to run it whenever it refuses writes for want of a
+// disk or of replicas, and runs it at maxmemory (allow-oom), where the control plane's
+// DEL of a record still goes through.
+var writesProbe = redis.NewScript("#!lua flags=allow-oom\nreturn 1")
+
+// WritesRefused returns the refusal of a master serving rdb that refuses every write
+// now, DEL included, while it still answers reads: MISCONF (a snapshot or the AOF
+// cannot be written, a full disk say, under Redis's default
+// stop-writes-on-bgsave-error) or NOREPLICAS (min-replicas-to-write, a replica down).
+// The control plane can then neither replace a member's record nor take it away
+// (controlplane/mirrorsync), so the records there may be older than they look. nil
+// when no master says so; any other answer (a replica's READONLY, a server older than
+// Redis 7 that cannot compile the probe, a timeout) says nothing either way.
+func WritesRefused(ctx context.Context, rdb redis.UniversalClient) error {
+	var mu sync.Mutex
+	var refused error
+	probe := func(ctx context.Context, c redis.Scripter) error {
+		err := writesProbe.Run(ctx, c, nil).Err()
+		if redis.HasErrorPrefix(err, "MISCONF") || redis.HasErrorPrefix(err, "NOREPLICAS") {
+			mu.Lock()
+			refused = cmp.Or(refused, err)
+			mu.Unlock()
+		}
+		return nil
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return probe(ctx, c) })
+	} else {
+		_ = probe(ctx, rdb)
+	}
+	return refused
 }
 
 // Replaced reports whether a master of m (the ids seen before) is gone from now. A new
