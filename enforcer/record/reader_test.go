@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-dev/tollgate/enforcer/metrics"
+	"github.com/tollgate-dev/tollgate/internal/testio"
 	"github.com/tollgate-dev/tollgate/internal/testredis"
 	internalv1 "github.com/tollgate-dev/tollgate/pkg/internalapi/v1"
 	"github.com/tollgate-dev/tollgate/pkg/mirror"
@@ -482,13 +483,15 @@ func (a authoritative) Resolve(_ context.Context, in *internalv1.ResolveRequest,
 }
 
 // A Redis that refuses every write while it still answers reads: MISCONF (a snapshot or
-// the AOF cannot be written: a full disk, with Redis's default stop-writes-on-bgsave-error)
-// and NOREPLICAS (min-replicas-to-write with a replica down). Unlike a Redis at maxmemory,
-// it refuses the DEL with which the control plane takes away a record it could not
-// replace, so the older record stays, and nothing else tells the enforcers: before, a
-// member whose settlement crossed a hard limit then was admitted on that record for as
-// long as Redis refused writes. The reader doubts while any master refuses writes, and
-// resolves through the control plane, which answers from Postgres.
+// the AOF cannot be written: a full disk, with Redis's default
+// stop-writes-on-bgsave-error), NOREPLICAS (min-replicas-to-write with a replica down)
+// and READONLY (a replica: a single-mode URL naming a master demoted since, which both
+// programs are given). Unlike a Redis at maxmemory, it refuses the DEL with which the
+// control plane takes away a record it could not replace, so the older record stays, and
+// nothing else tells the enforcers: before, a member whose settlement crossed a hard
+// limit then was admitted on that record for as long as Redis refused writes. The reader
+// doubts while any master refuses writes, and resolves through the control plane, which
+// answers from Postgres.
 func TestRedisRefusingEveryWriteRaisesTheDoubt(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -499,6 +502,18 @@ func TestRedisRefusingEveryWriteRaisesTheDoubt(t *testing.T) {
 		{"NOREPLICAS", func(string) []string { return nil },
 			func(t *testing.T, admin *redis.Client, _ string) { configSet(t, admin, "min-replicas-to-write", "1") },
 			func(t *testing.T, admin *redis.Client, _ string) { configSet(t, admin, "min-replicas-to-write", "0") }},
+		{"READONLY", func(string) []string { return nil },
+			// A replica of a master that cannot be reached serves its data as it was.
+			func(t *testing.T, admin *redis.Client, _ string) {
+				if err := admin.Do(context.Background(), "REPLICAOF", "127.0.0.1", testio.FreePort(t)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			},
+			func(t *testing.T, admin *redis.Client, _ string) {
+				if err := admin.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}},
 		{"MISCONF", func(dir string) []string {
 			return []string{"--save", "3600 1", "--dir", filepath.Join(dir, "rdb")}
 		}, func(t *testing.T, admin *redis.Client, dir string) {
@@ -554,7 +569,24 @@ func TestRedisRefusingEveryWriteRaisesTheDoubt(t *testing.T) {
 			}
 
 			tc.allow(t, rdb, dir)
-			r.watchMasters(ctx, "g1")
+			gen := "g1"
+			if tc.name == "READONLY" {
+				// The replica was promoted (a new replication id): the doubt lasts until
+				// the control plane's rebuild, as after any failover.
+				r.watchMasters(ctx, gen)
+				if !r.doubt.Load() {
+					t.Fatal("a promoted replica's records trusted before the rebuild")
+				}
+				gen = "g2"
+				if err := l.SetGeneration(ctx, rdb, gen); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Write(ctx, rdb, rec(3, 10, gen), 0); err != nil {
+					t.Fatal(err)
+				}
+				r.gen.Store(new(gen))
+			}
+			r.watchMasters(ctx, gen)
 			if got, err := r.Read(ctx, "org_x", "om_a"); err != nil || got.Authoritative {
 				t.Fatalf("Redis taking writes again: the record was not read from it: %+v %v", got, err)
 			}
@@ -568,7 +600,7 @@ func TestRedisRefusingEveryWriteRaisesTheDoubt(t *testing.T) {
 			pollCtx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			began := time.Now()
-			r.watchMasters(pollCtx, "g1")
+			r.watchMasters(pollCtx, gen)
 			if took := time.Since(began); r.doubt.Load() || took > 900*time.Millisecond {
 				t.Fatalf("a write pause: doubt %v, the look took %v", r.doubt.Load(), took)
 			}

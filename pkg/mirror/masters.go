@@ -77,17 +77,19 @@ var writesProbe = redis.NewScript("#!lua flags=allow-oom\nreturn 1")
 // WritesRefused returns the refusal of a master serving rdb that refuses every write
 // now, DEL included, while it still answers reads: MISCONF (a snapshot or the AOF
 // cannot be written, a full disk say, under Redis's default
-// stop-writes-on-bgsave-error) or NOREPLICAS (min-replicas-to-write, a replica down).
-// The control plane can then neither replace a member's record nor take it away
-// (controlplane/mirrorsync), so the records there may be older than they look. nil
-// when no master says so; any other answer (a replica's READONLY, a server older than
-// Redis 7 that cannot compile the probe, a timeout) says nothing either way.
+// stop-writes-on-bgsave-error), NOREPLICAS (min-replicas-to-write, a replica down) or
+// READONLY (the server is a replica: a single-mode URL naming a master that was
+// demoted since; the control plane is given the same URL). The control plane can then
+// neither replace a member's record nor take it away (controlplane/mirrorsync), so the
+// records there may be older than they look. nil when no master says so; any other
+// answer (a server older than Redis 7 that cannot compile the probe, a timeout) says
+// nothing either way.
 func WritesRefused(ctx context.Context, rdb redis.UniversalClient) error {
 	var mu sync.Mutex
 	var refused error
 	probe := func(ctx context.Context, c redis.Scripter) error {
 		err := writesProbe.Run(ctx, c, nil).Err()
-		if redis.HasErrorPrefix(err, "MISCONF") || redis.HasErrorPrefix(err, "NOREPLICAS") {
+		if redis.HasErrorPrefix(err, "MISCONF") || redis.HasErrorPrefix(err, "NOREPLICAS") || redis.HasErrorPrefix(err, "READONLY") {
 			mu.Lock()
 			refused = cmp.Or(refused, err)
 			mu.Unlock()
