@@ -43,7 +43,7 @@ func ReadMasters(ctx context.Context, rdb redis.UniversalClient) (Masters, error
 				return nil
 			}
 		}
-		return errors.New("mirror: INFO replication without master_replid")
+		return errNoReplID
 	}
 	var err error
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
@@ -57,15 +57,22 @@ func ReadMasters(ctx context.Context, rdb redis.UniversalClient) (Masters, error
 	return ids, nil
 }
 
+// errNoReplID: INFO replication answered without master_replid, which Redis (4.0 and
+// later) always reports: a Redis-compatible server or proxy that never will.
+var errNoReplID = errors.New("mirror: INFO replication without master_replid")
+
 // Refused reports whether err (of ReadMasters) is Redis refusing INFO for good: the
-// command is unknown (some managed services rename it) or not permitted (an ACL). Any
+// command is unknown (some managed services rename it), not permitted (an ACL), or
+// answered without the replication id (errNoReplID; until 2026-12-07 taken for a failure
+// of now: every enforcer doubted for good, resolving every check through the control
+// plane, and every maintenance round of the control plane ended before its repairs). Any
 // other error is about now, and the caller looks again: a node that cannot be reached,
 // and also error replies that pass (MAXCLIENTS in a reconnection storm after a
 // failover, BUSY while a script runs, LOADING, an authentication that fails for a
 // while). Taking one of those for a refusal would end an enforcer's doubt while a
 // replica without the last writes is promoted (masters.go in enforcer/record).
 func Refused(err error) bool {
-	return redis.HasErrorPrefix(err, "unknown command") || redis.IsPermissionError(err)
+	return redis.HasErrorPrefix(err, "unknown command") || redis.IsPermissionError(err) || errors.Is(err, errNoReplID)
 }
 
 // writesProbe writes nothing, but is declared (Redis 7's script flags: no no-writes) as

@@ -3,6 +3,7 @@ package mirror_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,4 +294,44 @@ func TestRefusedIsOnlyForGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-running
+}
+
+// dropReplID is a go-redis hook that removes master_replid from INFO's answer, as some
+// Redis-compatible servers and proxies answer (a Dragonfly replica did).
+type dropReplID struct{}
+
+func (dropReplID) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (dropReplID) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if c, ok := cmd.(*redis.StringCmd); ok && err == nil && cmd.Name() == "info" {
+			var kept []string
+			for _, line := range strings.Split(c.Val(), "\n") {
+				if !strings.HasPrefix(line, "master_replid:") {
+					kept = append(kept, line)
+				}
+			}
+			c.SetVal(strings.Join(kept, "\n"))
+		}
+		return err
+	}
+}
+func (dropReplID) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A server whose INFO replication never carries master_replid will never carry it: it
+// cannot be watched, as one that refuses INFO. Taken for a failure of now, it made every
+// enforcer doubt for good (every check resolved through the control plane) and every
+// maintenance round of the control plane end before its repairs.
+func TestInfoWithoutReplicationIDIsRefused(t *testing.T) {
+	rdb, _ := testredis.New(t)
+	rdb.AddHook(dropReplID{})
+	_, err := mirror.ReadMasters(context.Background(), rdb)
+	if err == nil {
+		t.Fatal("premise: INFO without master_replid read as masters")
+	}
+	if !mirror.Refused(err) {
+		t.Fatalf("INFO without master_replid: %v, not taken as refused for good", err)
+	}
 }
