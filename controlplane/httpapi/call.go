@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgate-dev/tollgate/controlplane/entitlement"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/store"
 )
@@ -36,8 +37,27 @@ type Call struct {
 	uncheckedText []string
 }
 
-// Now is the request's instant, read once from the injected clock.
+// Now is the request's instant, read from the injected clock when the request began
+// and again when it took the organization's usage lock (lockUsage).
 func (c *Call) Now() time.Time { return c.now }
+
+// lockUsage takes the organization's usage lock (entitlement.Lock) and moves the
+// request's instant to when it holds it: a usage-limit write is decided at that instant
+// (the windows it charges, extends or fences, whether a request's window ended). A
+// write that arrived before a reset (05:00 UTC) and waited for the lock, or for its own
+// body, until after it would otherwise be decided on the window that ended: an
+// approval granting the ended window's extension instead of expiring (spec rule 8), a
+// member's request stored pending for a window already over, a policy change fencing
+// the ended window's extension instead of the current one's. Never moved back.
+func (c *Call) lockUsage(tx pgx.Tx) error {
+	if err := entitlement.Lock(c.Ctx, tx, c.OrgID()); err != nil {
+		return err
+	}
+	if now := c.s.clock.Now(); now.After(c.now) {
+		c.now = now
+	}
+	return nil
+}
 
 // Path returns a path parameter.
 func (c *Call) Path(name string) string { return c.R.PathValue(name) }

@@ -20,12 +20,18 @@ func (s *Server) fenceChange(c *Call, tx pgx.Tx, trigger string, change func() e
 
 // fenceTeamChange fences a member's team membership change, already written in tx.
 func (s *Server) fenceTeamChange(c *Call, tx pgx.Tx, teamID, memberID string) error {
+	if err := c.lockUsage(tx); err != nil { // TeamChange takes it too; the fence is decided now
+		return err
+	}
 	members, err := entitlement.TeamChange(c.Ctx, tx, c, c.OrgID(), teamID, memberID, c.now)
 	return s.entitlementChanged(c, tx, c.OrgID(), members, err)
 }
 
 // fenceMemberRemoved fences a member's removal, in its transaction.
 func (s *Server) fenceMemberRemoved(c *Call, tx pgx.Tx, m store.Member) error {
+	if err := c.lockUsage(tx); err != nil { // MemberRemoved takes it too; the fence is decided now
+		return err
+	}
 	members, err := entitlement.MemberRemoved(c.Ctx, tx, c, m, c.now)
 	return s.entitlementChanged(c, tx, m.OrganizationID, members, err)
 }

@@ -93,6 +93,11 @@ func (s *Server) submitResetRequest(c *Call) error {
 		if err := c.lockCaller(tx); err != nil {
 			return err
 		}
+		// Submit takes the usage lock too (again, at once): taken here, the request is
+		// decided at the instant it holds it (lockUsage).
+		if err := c.lockUsage(tx); err != nil {
+			return err
+		}
 		var err error
 		out, err = extension.Submit(c.Ctx, tx, c, extension.Submission{OrganizationID: c.OrgID(), MemberID: c.Member.ID,
 			BucketID: *in.BucketID, Reason: reason}, c.now)
@@ -156,6 +161,9 @@ func (s *Server) decide(c *Call, in any, to string, note func(*fault.Problems) *
 	var out store.UsageRequest
 	err = c.Tx(func(tx pgx.Tx) error {
 		if err := c.usageManagerNow(tx); err != nil {
+			return err
+		}
+		if err := c.lockUsage(tx); err != nil { // decided when it holds the lock
 			return err
 		}
 		r, changed, err := extension.Decide(c.Ctx, tx, c, extension.Decision{OrganizationID: c.OrgID(), RequestID: id, To: to,

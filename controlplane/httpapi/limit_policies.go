@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgate-dev/tollgate/controlplane/entitlement"
 	"github.com/tollgate-dev/tollgate/controlplane/fault"
 	"github.com/tollgate-dev/tollgate/controlplane/jsonx"
 	"github.com/tollgate-dev/tollgate/controlplane/limits"
@@ -355,7 +354,7 @@ func (c *Call) policyForWrite(tx pgx.Tx, id string) (store.UsagePolicy, error) {
 	if err := c.usageManagerNow(tx); err != nil {
 		return store.UsagePolicy{}, err
 	}
-	if err := entitlement.Lock(c.Ctx, tx, c.OrgID()); err != nil {
+	if err := c.lockUsage(tx); err != nil {
 		return store.UsagePolicy{}, err
 	}
 	p, err := store.UsagePolicyInOrg(c.Ctx, tx, c.OrgID(), id)
