@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -48,23 +47,7 @@ func TestPolicyAssignmentsReadOnlyTheirPoliciesRows(t *testing.T) {
 	if err := st.Pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+r.sql, r.args...).Scan(&out); err != nil {
 		t.Fatal(err)
 	}
-	var plans []struct{ Plan planNode }
-	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("plan %s: %v", out, err)
-	}
-	var read float64
-	var scans []string
-	var walk func(p planNode)
-	walk = func(p planNode) {
-		if p.Relation == "usage_policy_assignments" {
-			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
-			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
-		}
-		for _, c := range p.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
+	read, scans := rowsRead(t, out, "usage_policy_assignments")
 	t.Logf("assignment rows read for a policy of 1 assignment: %v, by %v", read, scans)
 	if read > 10 {
 		t.Fatalf("a policy of 1 assignment read %v assignment rows of %d (%v): every organization's", read, n+1, scans)

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -108,22 +107,6 @@ func grantRowsRead(t *testing.T, st *store.Store, r *recorder) (float64, []strin
 	if err := st.Pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, FORMAT JSON) `+r.sql, r.args...).Scan(&out); err != nil {
 		t.Fatal(err)
 	}
-	var plans []struct{ Plan planNode }
-	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("plan %s: %v", out, err)
-	}
-	var read float64
-	var scans []string
-	var walk func(p planNode)
-	walk = func(p planNode) {
-		if p.Relation == "marketplace_grants" {
-			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
-			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
-		}
-		for _, c := range p.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
+	read, scans := rowsRead(t, out, "marketplace_grants")
 	return read, scans
 }

@@ -55,27 +55,34 @@ func TestMirroredMembersPageReadsOnlyItsOwnTrackingRows(t *testing.T) {
 	if err := st.Pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+store.MirroredMembersSQL, after, page).Scan(&out); err != nil {
 		t.Fatal(err)
 	}
+	read, scans := rowsRead(t, out, "usage_member_tracking")
+	t.Logf("tracking rows read for a page of %d: %v, by %v", page, read, scans)
+	if read > 2*page {
+		t.Fatalf("a page of %d read %v tracking rows of %d (%v): its cost grows with the table", page, read, n, scans)
+	}
+}
+
+// rowsRead sums the rows the plan of EXPLAIN (ANALYZE, FORMAT JSON) (out) read from
+// relation, those its filters dropped included, over every loop, and names each scan of
+// it: what a query costs as the table grows.
+func rowsRead(t *testing.T, out []byte, relation string) (read float64, scans []string) {
+	t.Helper()
 	var plans []struct{ Plan planNode }
 	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
 		t.Fatalf("plan %s: %v", out, err)
 	}
-	var read float64
-	var scans []string
 	var walk func(p planNode)
 	walk = func(p planNode) {
-		if p.Relation == "usage_member_tracking" {
-			read += p.ActualRows * p.ActualLoops
-			scans = append(scans, fmt.Sprintf("%s (rows %v, loops %v)", p.NodeType, p.ActualRows, p.ActualLoops))
+		if p.Relation == relation {
+			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
+			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
 		}
 		for _, c := range p.Plans {
 			walk(c)
 		}
 	}
 	walk(plans[0].Plan)
-	t.Logf("tracking rows read for a page of %d: %v, by %v", page, read, scans)
-	if read > 2*page {
-		t.Fatalf("a page of %d read %v tracking rows of %d (%v): its cost grows with the table", page, read, n, scans)
-	}
+	return read, scans
 }
 
 // planNode is the part of EXPLAIN (FORMAT JSON)'s plan the test reads.
@@ -158,23 +165,7 @@ func TestMirrorAssignmentsReadOnlyTheMembersOwn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var plans []struct{ Plan planNode }
-		if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-			t.Fatalf("plan %s: %v", out, err)
-		}
-		var read float64
-		var scans []string
-		var walk func(p planNode)
-		walk = func(p planNode) {
-			if p.Relation == "usage_policy_assignments" {
-				read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
-				scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
-			}
-			for _, c := range p.Plans {
-				walk(c)
-			}
-		}
-		walk(plans[0].Plan)
+		read, scans := rowsRead(t, out, "usage_policy_assignments")
 		t.Logf("generic %v: assignment rows read for one member: %v, by %v", generic, read, scans)
 		if read > 50 {
 			t.Fatalf("generic %v: one member's record read %v assignment rows of %d (%v): its cost grows with every organization's assignments",
@@ -236,26 +227,8 @@ func TestMirroredMembersPageProbesAssignmentsByIndex(t *testing.T) {
 	if err := st.Pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+store.MirroredMembersSQL, after, page).Scan(&out); err != nil {
 		t.Fatal(err)
 	}
-	var plans []struct{ Plan planNode }
-	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("plan %s: %v", out, err)
-	}
-	var read, members float64
-	var scans []string
-	var walk func(p planNode)
-	walk = func(p planNode) {
-		switch p.Relation {
-		case "usage_policy_assignments":
-			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
-			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
-		case "members":
-			members += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
-		}
-		for _, c := range p.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
+	read, scans := rowsRead(t, out, "usage_policy_assignments")
+	members, _ := rowsRead(t, out, "members")
 	t.Logf("assignment rows read for %v members: %v, by %v", members, read, scans)
 	if read > 4*members {
 		t.Fatalf("a page over %v members read %v assignment rows of %d (%v): each reads the assignments of everyone", members, read, n/2+1, scans)

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -42,23 +41,7 @@ func TestCountOwnersReadsOnlyTheOwners(t *testing.T) {
 	if err := st.Pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+r.sql, r.args...).Scan(&out); err != nil {
 		t.Fatal(err)
 	}
-	var plans []struct{ Plan planNode }
-	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("plan %s: %v", out, err)
-	}
-	var read float64
-	var scans []string
-	var walk func(p planNode)
-	walk = func(p planNode) {
-		if p.Relation == "members" {
-			read += (p.ActualRows + p.RemovedByFilter) * p.ActualLoops
-			scans = append(scans, fmt.Sprintf("%s (rows %v, removed %v, loops %v)", p.NodeType, p.ActualRows, p.RemovedByFilter, p.ActualLoops))
-		}
-		for _, c := range p.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
+	read, scans := rowsRead(t, out, "members")
 	t.Logf("member rows read to count 3 owners: %v, by %v", read, scans)
 	if read > 10 {
 		t.Fatalf("counting 3 owners read %v member rows of %d (%v)", read, n, scans)
