@@ -184,6 +184,9 @@ var writeFixtures = map[string]writeFixture{
 			"outputMicroUsdPerMillion": 15_000_000, "cachedInputMicroUsdPerMillion": 300_000}}
 	},
 	"DELETE /v1/gateway/model-prices/fallback": func(t *testing.T, e *apitest.Env, o apitest.Member) validWrite {
+		// A price to reset: resetting the default changes nothing (and records nothing).
+		e.Do(t, "PUT", "/v1/gateway/model-prices/fallback", map[string]any{"inputMicroUsdPerMillion": 3_000_000,
+			"outputMicroUsdPerMillion": 15_000_000, "cachedInputMicroUsdPerMillion": 300_000}, o.As()...).Expect(t, http.StatusOK)
 		return validWrite{path: "/v1/gateway/model-prices/fallback"}
 	},
 	"PUT /v1/gateway/model-prices/unpriced-models": func(t *testing.T, e *apitest.Env, o apitest.Member) validWrite {
