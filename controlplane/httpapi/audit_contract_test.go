@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -198,4 +200,38 @@ func collectSecrets(raw []byte, out *[]string) {
 		}
 	}
 	walk(v)
+}
+
+// TestAuditNamesTheAPIKey: a write made with an API key records the key's id
+// (details.apiKeyId), as a platform administrator's does, so that an administrator
+// investigating a leaked key can tell its writes from the member's own session's; a
+// write made with a session names no key.
+func TestAuditNamesTheAPIKey(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Keyed")
+	var minted struct {
+		Key    string
+		APIKey struct{ ID string }
+	}
+	e.Do(t, "POST", "/v1/api-keys", map[string]any{"name": "ci"}, o.As()...).Expect(t, http.StatusCreated).Decode(t, &minted)
+	e.Do(t, "POST", "/v1/teams", map[string]any{"name": "By key"}, apitest.Key(minted.Key)).Expect(t, http.StatusCreated)
+	e.Do(t, "POST", "/v1/teams", map[string]any{"name": "By session"}, o.As()...).Expect(t, http.StatusCreated)
+	evs := readAllAudit(t, e, orgAuditPath(o.OrgID), url.Values{"action": {"team.create"}}, o.As()...)
+	if len(evs) != 2 {
+		t.Fatalf("%d team.create events", len(evs))
+	}
+	byKey, bySession := evs[1], evs[0]
+	if byKey.Details["name"] != "By key" {
+		byKey, bySession = bySession, byKey
+	}
+	if byKey.Details["apiKeyId"] != minted.APIKey.ID || ptr(byKey.ActorMemberID) != o.MemberID {
+		t.Errorf("the key's write: member %v, details %v; want member %s and apiKeyId %s", ptr(byKey.ActorMemberID), byKey.Details, o.MemberID, minted.APIKey.ID)
+	}
+	if _, named := bySession.Details["apiKeyId"]; named {
+		t.Errorf("the session's write names a key: %v", bySession.Details)
+	}
+	if strings.Contains(fmt.Sprint(byKey.Details), minted.Key) {
+		t.Errorf("the event carries the key itself: %v", byKey.Details)
+	}
 }

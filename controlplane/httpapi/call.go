@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -115,17 +116,47 @@ func (c *Call) AfterCommit(f func()) { c.afterCommit = append(c.afterCommit, f) 
 // never inside one of Tx (a second connection at once: see store.Share).
 func (c *Call) DB() store.Querier { return c.s.db }
 
-// Audit records an audit event in the transaction, attributed to the caller.
+// Audit records an audit event in the transaction, attributed to the caller. A caller
+// using an API key is named by the key's id too (details.apiKeyId, as adminAudit does),
+// so that the writes of a leaked key can be told from the member's own.
 func (c *Call) Audit(tx pgx.Tx, action, targetID string, details any) error {
 	e := store.AuditEvent{
 		ID: newID("aud"), OccurredAt: c.now, Action: action, TargetID: targetID, Details: details,
 	}
 	if c.Principal != nil {
 		e.ActorUserID = c.Principal.User.ID
+		if c.Principal.IsAPIKey() {
+			withKey, err := withDetail(details, "apiKeyId", c.Principal.APIKey.ID)
+			if err != nil {
+				return err
+			}
+			e.Details = withKey
+		}
 	}
 	if c.Member != nil {
 		e.ActorMemberID = c.Member.ID
 		e.OrganizationID = c.Member.OrganizationID
 	}
 	return store.RecordAudit(c.Ctx, tx, e)
+}
+
+// withDetail is details (an object, or nil for an empty one) as JSON with key set to
+// value; the other keys keep their encoding.
+func withDetail(details any, key string, value any) (json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	if details != nil {
+		b, err := json.Marshal(details)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &fields); err != nil {
+			return nil, err
+		}
+	}
+	v, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	fields[key] = v
+	return json.Marshal(fields)
 }
