@@ -412,7 +412,7 @@ func TestAdminOrganizationPageEnrichment(t *testing.T) {
 	b := insertOrg(t, e, "Beta", apitest.Start.Add(-time.Hour))
 	members := insertMembers(t, e, a, 3)
 	insertMembers(t, e, b, 1)
-	if err := store.RemoveMember(context.Background(), e.Store.Pool, members[0], apitest.Start); err != nil {
+	if _, err := store.RemoveMember(context.Background(), e.Store.Pool, members[0], apitest.Start); err != nil {
 		t.Fatal(err)
 	}
 	e.Do(t, "PUT", "/v1/admin/organizations/"+b+"/capabilities",

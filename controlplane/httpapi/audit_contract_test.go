@@ -235,3 +235,29 @@ func TestAuditNamesTheAPIKey(t *testing.T) {
 		t.Errorf("the event carries the key itself: %v", byKey.Details)
 	}
 }
+
+// TestMemberRemovalIsAuditedWithWhatItEnded: a removed member drops out of every list, so
+// the member.remove event is all an auditor has: it names who was removed (user, name,
+// email, role) and what the removal ended with them (their API keys, their teams).
+func TestMemberRemovalIsAuditedWithWhatItEnded(t *testing.T) {
+	t.Parallel()
+	e := apitest.New(t)
+	o := e.NewOrg(t, "Removing")
+	bob := e.AddMember(t, o, "bob", "admin")
+	var minted struct{ APIKey struct{ ID string } }
+	e.Do(t, "POST", "/v1/api-keys", map[string]any{"name": "ci"}, bob.As()...).Expect(t, http.StatusCreated).Decode(t, &minted)
+	team := newTeam(t, e, o, "Platform", bob)
+	e.Do(t, "DELETE", "/v1/members/"+bob.MemberID, nil, o.As()...).Expect(t, http.StatusNoContent)
+	evs := readAllAudit(t, e, orgAuditPath(o.OrgID), url.Values{"action": {"member.remove"}}, o.As()...)
+	if len(evs) != 1 || ptr(evs[0].TargetID) != bob.MemberID {
+		t.Fatalf("member.remove events: %+v", evs)
+	}
+	d := evs[0].Details
+	want := map[string]any{"userId": bob.ID, "email": bob.Email, "role": "admin",
+		"revokedApiKeys": []any{minted.APIKey.ID}, "teams": []any{team}}
+	for k, v := range want {
+		if fmt.Sprint(d[k]) != fmt.Sprint(v) {
+			t.Errorf("details.%s = %v, want %v (details %v)", k, d[k], v, d)
+		}
+	}
+}

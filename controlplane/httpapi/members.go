@@ -189,13 +189,17 @@ func (s *Server) removeMember(c *Call) error {
 		if err := c.guardOwners(tx, target, ""); err != nil {
 			return err
 		}
-		if err := store.RemoveMember(c.Ctx, tx, target.ID, c.now); err != nil {
+		removed, err := store.RemoveMember(c.Ctx, tx, target.ID, c.now)
+		if err != nil {
 			return err
 		}
 		if err := s.onMemberRemoved(c, tx, target); err != nil {
 			return err
 		}
-		return c.Audit(tx, "member.remove", target.ID, nil)
+		// A removed member drops out of every list: the event says who it was and what
+		// the removal ended with them.
+		return c.Audit(tx, "member.remove", target.ID, map[string]any{"userId": target.UserID, "name": target.Name,
+			"email": target.Email, "role": target.Role, "revokedApiKeys": nonNil(removed.APIKeys), "teams": nonNil(removed.Teams)})
 	})
 	if err != nil {
 		return err
@@ -219,4 +223,12 @@ func (s *Server) onMemberRemoved(c *Call, tx pgx.Tx, target store.Member) error 
 		s.activeOrganizationChanged(c, target.UserID)
 	}
 	return s.fenceMemberRemoved(c, tx, target)
+}
+
+// nonNil is ids, or an empty list for none (a JSON [] rather than null).
+func nonNil(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
 }

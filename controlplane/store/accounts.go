@@ -338,15 +338,33 @@ func SetMemberRole(ctx context.Context, q Querier, memberID, role string) error 
 // RemoveMember ends a membership: the row stays, their API keys stop working, and they
 // leave every team. Writers of rows naming the member read it ForShare (MemberInOrg), so
 // the first UPDATE here waits for them and the cleanup that follows sees their rows.
-func RemoveMember(ctx context.Context, q Querier, memberID string, now time.Time) error {
+func RemoveMember(ctx context.Context, q Querier, memberID string, now time.Time) (Removed, error) {
+	var r Removed
 	if _, err := q.Exec(ctx, `UPDATE members SET removed_at = $2 WHERE id = $1 AND removed_at IS NULL`, memberID, now); err != nil {
-		return err
+		return r, err
 	}
-	if _, err := q.Exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE member_id = $1 AND revoked_at IS NULL`, memberID, now); err != nil {
-		return err
+	rows, err := q.Query(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE member_id = $1 AND revoked_at IS NULL RETURNING id`, memberID, now)
+	if err != nil {
+		return r, err
 	}
-	_, err := q.Exec(ctx, `DELETE FROM team_members WHERE member_id = $1`, memberID)
-	return err
+	if r.APIKeys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return r, err
+	}
+	rows, err = q.Query(ctx, `DELETE FROM team_members WHERE member_id = $1 RETURNING team_id`, memberID)
+	if err != nil {
+		return r, err
+	}
+	r.Teams, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	slices.Sort(r.APIKeys)
+	slices.Sort(r.Teams)
+	return r, err
+}
+
+// Removed is what a member's removal ended with them: the ids of their API keys it
+// revoked and of the teams it took them out of (sorted), for the audit event.
+type Removed struct {
+	APIKeys []string
+	Teams   []string
 }
 
 // Membership pairs an organization with the caller's member record in it.
