@@ -143,6 +143,12 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzManifest -fuzztime 20s ./controlplane/plugin
 	$(GO) test -run '^$$' -fuzz FuzzOf -fuzztime 20s ./enforcer/worstcase
 	$(GO) test -run '^$$' -fuzz FuzzCodecDecodesWhatCheckReads -fuzztime 20s ./enforcer/authz
+	$(GO) test -run '^$$' -fuzz FuzzDecodeBytes -fuzztime 20s ./controlplane/jsonx
+	$(GO) test -run '^$$' -fuzz FuzzOpenCorrupted -fuzztime 20s ./enforcer/spool
+	$(GO) test -run '^$$' -fuzz FuzzSessions -fuzztime 20s ./enforcer/realtimeusage
+	$(GO) test -run '^$$' -fuzz FuzzReadFormChunked -fuzztime 20s ./enforcer/requestbody
+	$(GO) test -run '^$$' -fuzz FuzzDecode$$ -fuzztime 20s ./enforcer/requestbody
+	$(GO) test -run '^$$' -fuzz FuzzPathAsEitherFrontDoorReadsIt -fuzztime 20s ./enforcer/requestbody
 	$(GO) test -run '^$$' -fuzz FuzzGatewayResponseToReceipt -fuzztime 60s ./e2e
 
 chart-test: ## lint and render the Helm chart, compare with golden files, validate offline (-update: make chart-update)

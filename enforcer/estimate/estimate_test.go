@@ -306,6 +306,14 @@ func FuzzInput(f *testing.F) {
 		if r.TextBytes < 0 || r.TextBytes > 3*int64(len(body)) || r.InputTokens < Priming {
 			t.Fatalf("estimate %+v of %d bytes", r, len(body))
 		}
+		// No count a worst case is built from is negative (a negative cap or count would
+		// lower the reservation below the request's own input).
+		for _, n := range []int64{r.Messages, r.TokenIDs, r.OutputCap, r.Choices, r.ImageOutputTokens,
+			r.WebSearchMaxUses, r.AdvisorMaxUses, r.AdvisorMaxTokens, r.MaxToolCalls} {
+			if n < 0 {
+				t.Fatalf("negative count in %+v of %q", r, body)
+			}
+		}
 	})
 }
 
