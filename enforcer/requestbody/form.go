@@ -62,8 +62,13 @@ func ReadForm(r io.Reader, boundary string) Form {
 		}
 		switch name := part.FormName(); {
 		case name == "model":
-			b, _ := io.ReadAll(io.LimitReader(part, maxFormModel))
-			m := CleanModel(strings.TrimSpace(string(b)))
+			// A byte more than a model may have: a longer one names none (as a body's,
+			// CleanModel), never its first bytes, a model the client did not send.
+			b, _ := io.ReadAll(io.LimitReader(part, maxFormModel+1))
+			m := ""
+			if len(b) <= maxFormModel {
+				m = CleanModel(strings.TrimSpace(string(b)))
+			}
 			if named && m != model {
 				return Form{} // named twice, two ways
 			}

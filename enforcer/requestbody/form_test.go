@@ -39,6 +39,9 @@ func TestReadForm(t *testing.T) {
 		{"model after the file", "/v1/audio/transcriptions", []string{"file", "", "model", "gpt-4o-transcribe"}, "gpt-4o-transcribe", 0},
 		{"model trimmed", "/v1/audio/transcriptions", []string{"model", " whisper-1 ", "file", ""}, "whisper-1", 0},
 		{"no model", "/v1/audio/transcriptions", []string{"file", ""}, "", 0},
+		// Longer than a body's model may be (CleanModel): none, not its first bytes, which
+		// name a model the client never sent.
+		{"model too long", "/v1/audio/transcriptions", []string{"model", "whisper-1" + strings.Repeat("x", requestbody.MaxModelBytes), "file", ""}, "", 0},
 		{"the same model twice", "/v1/audio/transcriptions", []string{"model", "whisper-1", "file", "", "model", "whisper-1"}, "whisper-1", 0},
 		{"two models: none", "/v1/audio/transcriptions", []string{"model", "gpt-4o-mini-transcribe", "file", "", "model", "gpt-4o-transcribe"}, "", 0},
 		{"image edit", "/v1/images/edits", []string{"model", "gpt-image-1", "file", "", "size", "1024x1024", "quality", "low", "n", "1", "n", "2"}, "gpt-image-1", 2 * 272},
