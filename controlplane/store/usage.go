@@ -490,8 +490,13 @@ type UsageBucketKey struct {
 }
 
 // ClearUsageExtensions removes the granted extension of the given buckets (spend stays)
-// and returns the ids of buckets that had one.
+// and returns the ids of buckets that had one. It locks the buckets in id order first,
+// the order settlements lock them in: an update locks rows in the order its plan reads
+// them (heap order for a sequential or bitmap scan), which deadlocked with a settlement.
 func ClearUsageExtensions(ctx context.Context, q Querier, bucketIDs []string, now time.Time) ([]string, error) {
+	if _, err := q.Exec(ctx, `SELECT 1 FROM usage_buckets WHERE id = ANY($1) ORDER BY id FOR UPDATE`, sortedUnique(bucketIDs)); err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `UPDATE usage_buckets SET extension_micro_usd = 0, extension_request_id = NULL,
 			extension_policy_id = NULL, extension_policy_revision = NULL, updated_at = $2
 		WHERE id = ANY($1) AND extension_micro_usd <> 0 RETURNING id`, bucketIDs, now)
