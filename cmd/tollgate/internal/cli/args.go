@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
+	"github.com/tollgate-dev/tollgate/pkg/credential"
 	"github.com/tollgate-dev/tollgate/pkg/envflag"
 	"github.com/tollgate-dev/tollgate/pkg/redact"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -32,10 +34,22 @@ func parseFlags(fs *flag.FlagSet, args []string, stdio IO) error {
 		return err
 	case err != nil:
 		return usagef("%v (see %s -h)", envflag.Explain(fs, err), fs.Name())
+	case fs.NArg() > 0 && !mayBeSecret(fs.Arg(0)):
+		return usagef("unexpected argument %q: %s takes only flags (see %s -h)", fs.Arg(0), fs.Name(), fs.Name())
 	case fs.NArg() > 0:
-		return usagef("unexpected argument %q: %s takes only flags (see %s -h)", oneLine(fs.Arg(0), 80), fs.Name(), fs.Name())
+		return usagef("%s; %s takes only flags (see %s -h)", envflag.Unexpected(fs.Args()), fs.Name(), fs.Name())
 	}
 	return nil
+}
+
+// mayBeSecret tells whether a stray argument may be (part of) a credential, and so is not
+// printed: the second half of an unquoted value with a space (`--key Bearer tgs_...`)
+// is the token itself. Only a short word is shown (a mistyped subcommand or value): not
+// a Tollgate token, a provider key (sk-...), a Bearer scheme, nor anything longer.
+func mayBeSecret(arg string) bool {
+	lower := strings.ToLower(arg)
+	return utf8.RuneCountInString(arg) > 20 || credential.IsTollgateToken(arg) || strings.HasPrefix(lower, "sk-") ||
+		strings.HasPrefix(lower, "bearer") || strings.ContainsFunc(arg, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) })
 }
 
 // wantsHelp tells whether a command line asks for the command's help.

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -314,5 +315,41 @@ func TestResyncNamesAnUnreachableRedis(t *testing.T) {
 	_, _, line, code := runCLI(context.Background(), env, "", "resync")
 	if code != ExitFailure || !strings.Contains(line, "cannot reach Redis") || !strings.Contains(line, "TOLLGATE_REDIS_URL") {
 		t.Errorf("exit %d, %q; want a failure that names Redis and TOLLGATE_REDIS_URL", code, line)
+	}
+}
+
+// TestStrayArgumentThatMayBeASecretIsNotPrinted: an unquoted credential with a space
+// (`--key Bearer tgs_...`, `--key sk-... rest`) leaves its second half as a stray
+// argument, and the usage error printed it whole: the token on the terminal, in the
+// shell's scrollback and in whatever logs a CI job's output. Such an argument (a
+// Tollgate token, a provider key, a Bearer scheme, or anything longer than a word) is
+// counted, not shown, with the hint to quote; a mistyped word is still quoted.
+func TestStrayArgumentThatMayBeASecretIsNotPrinted(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no call expected", http.StatusTeapot)
+	}))
+	defer api.Close()
+	env := map[string]string{"TOLLGATE_API_URL": api.URL, "TOLLGATE_API_KEY": "tgk_" + strings.Repeat("k", 43)}
+	session := "tgs_" + strings.Repeat("s", 43)
+	for _, stray := range [][]string{
+		{"--key", "Bearer", session},
+		{"--key", "tgk_", "tgk_" + strings.Repeat("a", 43)},
+		{"--key", "x", "sk-proj-abcdef"},
+		{"--key", "x", "Bearer"},
+		{"--key", "x", "BEARER"},
+		{"--key", "x", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"},
+	} {
+		_, _, line, code := runCLI(context.Background(), env, "", append([]string{"audit"}, stray...)...)
+		if code != ExitUsage || !strings.Contains(line, "not shown") || !strings.Contains(line, "quoted") {
+			t.Errorf("%q: exit %d, %q: want a usage error that counts the argument and says to quote", stray, code, line)
+		}
+		// (The hint's own example says "Bearer sk-...".)
+		if secret := stray[len(stray)-1]; strings.Contains(line, strconv.Quote(secret)) || (len(secret) > 6 && strings.Contains(line, secret)) {
+			t.Errorf("%q: the error prints the stray argument: %q", stray, line)
+		}
+	}
+	_, _, line, _ := runCLI(context.Background(), env, "", "audit", "everything")
+	if !strings.Contains(line, `unexpected argument "everything"`) {
+		t.Errorf("a mistyped word is no longer named: %q", line)
 	}
 }
