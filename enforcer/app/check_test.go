@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate-dev/tollgate/enforcer/authz"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/enforcertest"
 	"github.com/tollgate-dev/tollgate/enforcer/internal/fakecp"
 	"github.com/tollgate-dev/tollgate/pkg/typeid"
@@ -524,8 +525,8 @@ func TestAdmissionSwapsTheCredentialUpstream(t *testing.T) {
 		t.Fatalf("authorization %q", got)
 	}
 	// The field mask and the method overrides are removed from every admission.
-	if rm := ok.GetHeadersToRemove(); !slices.Equal(rm, []string{"x-api-key", "x-goog-fieldmask", "x-http-method-override", "x-http-method", "x-method-override",
-		"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries", "x-envoy-retriable-status-codes", "x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms", "x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}) {
+	// So are the billing-scope headers and the Envoy router's controls (authz.NeverUpstream).
+	if rm := ok.GetHeadersToRemove(); !slices.Equal(rm, append([]string{"x-api-key"}, authz.NeverUpstream()...)) {
 		t.Fatalf("removed %v", rm)
 	}
 }

@@ -315,6 +315,10 @@ var neverUpstream = []string{"openai-organization", "openai-project", "x-goog-us
 	"x-envoy-retriable-header-names", "x-envoy-upstream-rq-timeout-ms", "x-envoy-upstream-rq-per-try-timeout-ms",
 	"x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"}
 
+// NeverUpstream is a copy of the headers every admission removes after the
+// credentials (neverUpstream), in their order: for tests of the other packages.
+func NeverUpstream() []string { return slices.Clone(neverUpstream) }
+
 // admitted is the OkHttpResponse of an admission: the request id set on the upstream
 // request (overwriting whatever the client sent, so a client cannot have another
 // request's usage settled under its own), the usage state on the client's response, and
