@@ -249,8 +249,7 @@ const initialCheckTimeout = 30 * time.Second
 //
 //  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING), and go on serving
 //     for the shutdown delay (TOLLGATE_SHUTDOWN_DELAY), new connections included, while
-//     load balancers and enforcers' health checks notice; each REST answer ends its
-//     connection (Connection: close), so that kept connections move elsewhere;
+//     load balancers and enforcers' health checks notice;
 //  2. drain the REST and gRPC servers together within what is left of the shutdown
 //     deadline (the REST requests and gRPC calls still running at the deadline are
 //     cut): settlements in flight commit;
@@ -300,10 +299,6 @@ func (c *ControlPlane) Serve(ctx context.Context, lns Listeners) error {
 	// 1.
 	c.Admin.Drain()
 	c.Health.Shutdown()
-	// Each REST answer from now on ends its connection: a Service balances new
-	// connections only, and a kept one would otherwise bring requests here until the
-	// listener closes (see the enforcer's Serve).
-	restSrv.SetKeepAlivesEnabled(false)
 	c.log.Info("shutting down", "timeout", c.cfg.ShutdownTimeout, "delay", c.cfg.ShutdownDelay)
 	// The delay is part of the deadline (see the enforcer's Serve).
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)

@@ -220,47 +220,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestShutdownDelayEndsKeptConnections: a REST client that keeps its connection (the
-// operator CLI's, a dashboard's, an ingress controller's pool) would keep sending here
-// through the delay, a Service balancing new connections only, until the listener
-// closes and net/http drops the connection between two requests, racing the client's
-// next one. While draining each answer ends its connection (Connection: close).
-func TestShutdownDelayEndsKeptConnections(t *testing.T) {
-	e := at.New(t, at.Options{})
-	sv := serveControlPlane(t, e, 5*time.Second, time.Second, io.Discard)
-	lns, served, cancel := sv.lns, sv.done, sv.stop
-	client := &http.Client{Timeout: 2 * time.Second} // keeps its connections
-	url := "http://" + lns.REST.Addr().String() + "/v1/gateway/usage-limit-policies"
-	ask := func() *http.Response {
-		t.Helper()
-		res, err := client.Get(url)
-		if err != nil {
-			t.Fatalf("GET: %v", err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res
-	}
-	if res := ask(); res.Close {
-		t.Fatal("before the shutdown: the connection was not kept")
-	}
-	cancel() // SIGTERM
-	waitFor(t, "readyz draining", func() bool {
-		res, err := http.Get("http://" + lns.Admin.Addr().String() + "/readyz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == 503
-	})
-	if res := ask(); !res.Close {
-		t.Errorf("during the delay: %d without Connection: close; want an answer ending its connection", res.StatusCode)
-	}
-	if err := <-served; err != nil {
-		t.Fatalf("Serve: %v", err)
-	}
-}
-
 // TestShutdownCutsARESTRequestStillRunningAtTheDeadline: a REST request still running
 // at the shutdown's deadline (here a sign-in waiting on a lock) is cut, its query
 // cancelled with it. Until 2026-12-07 it was left running after Serve returned, holding

@@ -411,9 +411,7 @@ func Listen(cfg Config, log *slog.Logger) (Listeners, error) {
 //
 //  1. report not-ready (/readyz "draining", gRPC health NOT_SERVING), and go on serving
 //     for the shutdown delay (TOLLGATE_SHUTDOWN_DELAY), new connections included, while
-//     load balancers notice: until their next health check they still send here; each
-//     HTTP answer ends its connection (Connection: close), so that clients' kept
-//     connections move elsewhere before the listeners close;
+//     load balancers notice: until their next health check they still send here;
 //  2. stop taking checks: the HTTP, gateway and gRPC servers drain in-flight checks,
 //     response streams and Realtime sessions within three quarters of what the delay
 //     left of the shutdown deadline, then cut what is left (its ext_proc and gateway handlers settle what they
@@ -487,15 +485,6 @@ func (e *Enforcer) Serve(ctx context.Context, lns Listeners) error {
 	// 1.
 	e.Admin.Drain()
 	e.Health.Shutdown() // every service NOT_SERVING: Envoy's health checks move traffic away
-	// A Service balances new connections only: a client's kept connection (a proxy's
-	// pool, an SDK's) would bring requests here until the listeners close, then be
-	// dropped between two requests, racing its client's next one. Each answer from now
-	// on ends its connection (HTTP/1.1: Connection: close; HTTP/2: a GOAWAY once idle),
-	// so the client's next request opens a new one, which goes elsewhere.
-	httpSrv.SetKeepAlivesEnabled(false)
-	if gwSrv != nil {
-		gwSrv.SetKeepAlivesEnabled(false)
-	}
 	e.log.Info("shutting down", "timeout", e.cfg.ShutdownTimeout, "delay", e.cfg.ShutdownDelay)
 	// The delay is part of the deadline, so that TOLLGATE_SHUTDOWN_TIMEOUT stays the one
 	// figure to keep under the pod's grace period.
