@@ -34,5 +34,8 @@ var escapedDots = strings.NewReplacer("%2e", ".", "%2E", ".", "%2f", "/", "%2F",
 // backslash are decoded, so that a malformed escape elsewhere in the path (which a
 // whole-path decoder refuses) hides none.
 func EscapedDotSegment(rawPath string) bool {
+	if !strings.Contains(rawPath, "%") {
+		return DotSegment(rawPath) // no escape: nothing to decode (every check's path)
+	}
 	return DotSegment(escapedDots.Replace(rawPath))
 }
